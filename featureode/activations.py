@@ -1,0 +1,339 @@
+"""Activation calculus (DESIGN §2): Gaussian derivative means and Hermite coefficients.
+
+For ``u ~ N(b, s²)`` the derivative means are ``m_k(b, s) = E[σ^{(k)}(u)] = ∂_b^k m_0(b, s)`` and the Hermite
+coefficients are ``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)] = s^n m_n(b, s) / sqrt(n!)``, ``ξ ~ N(0, 1)`` (Gaussian
+integration by parts). Each activation is one SymPy expression ``σ(u)``; from it come
+
+* ``m_0(b, s)`` in closed form where one exists (relu, abs, erf, gelu, step, and any polynomial), and hence every
+  ``m_k`` and ``μ_n`` exactly by differentiation in ``b``;
+* otherwise (tanh, sigmoid, softplus, silu, user expressions) mpmath quadrature at a stated precision (≥ 30 digits);
+* vectorised NumPy evaluation of ``m_k`` over arrays of ``(b, s)`` (lambdified closed form, or Gauss–Hermite
+  quadrature of the lambdified ``σ^{(k)}``) for averages over neurons;
+* the torch function used by the MLP simulator, lambdified from the same expression.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+U = sp.Symbol("u", real=True)
+B = sp.Symbol("b", real=True)
+S = sp.Symbol("s", positive=True)
+
+
+class ActivationError(ValueError):
+    """Unknown activation, undefined derivative mean, or a coefficient quadrature cannot deliver."""
+
+
+def _Phi(x: sp.Expr) -> sp.Expr:
+    """Standard normal CDF."""
+    return (1 + sp.erf(x / sp.sqrt(2))) / 2
+
+
+def _phi(x: sp.Expr) -> sp.Expr:
+    """Standard normal density."""
+    return sp.exp(-x**2 / 2) / sp.sqrt(2 * sp.pi)
+
+
+@dataclass(frozen=True)
+class Coefficient:
+    """A coefficient as a float, an exact SymPy expression (``None`` when only quadrature exists) and LaTeX."""
+
+    value: float
+    exact: sp.Expr | None = None
+    error: float = 0.0
+
+    @property
+    def latex(self) -> str | None:
+        return sp.latex(self.exact) if self.exact is not None else None
+
+
+def _polynomial_mean(expr: sp.Expr) -> sp.Expr:
+    """``E[p(b + s ξ)]`` for a polynomial ``p`` using ``E[ξ^{2j}] = (2j-1)!!``, odd moments 0."""
+    xi = sp.Symbol("xi")
+    poly = sp.Poly(sp.expand(expr.subs(U, B + S * xi)), xi)
+    return sp.expand(sum(c * (sp.factorial2(p - 1) if p % 2 == 0 else 0) for (p,), c in poly.terms()))
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation ``σ(u)`` and its Gaussian calculus.
+
+    ``mean0`` is the closed form of ``m_0(b, s)`` (``None`` → quadrature). ``classical_order`` is the highest
+    derivative order that exists pointwise (``None`` for smooth functions): at ``s = 0`` the means
+    ``m_k(b, 0) = σ^{(k)}(b)`` exist only up to it.
+    """
+
+    name: str
+    expr: sp.Expr
+    mean0: sp.Expr | None = None
+    classical_order: int | None = None
+    description: str = ""
+    precision: int = 30
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    # exact --------------------------------------------------------------------------------------------------------
+    @property
+    def is_exact(self) -> bool:
+        return self.mean0 is not None
+
+    def mean_expr(self, k: int) -> sp.Expr | None:
+        """Exact ``m_k(b, s) = ∂_b^k m_0(b, s)`` in the symbols ``b``, ``s`` (``None`` when no closed form)."""
+        k = _check_degree(k)
+        if self.mean0 is None:
+            return None
+        key = ("mean", k)
+        if key not in self._cache:
+            self._cache[key] = sp.simplify(sp.diff(self.mean0, B, k)) if k else self.mean0
+        return self._cache[key]
+
+    def hermite_expr(self, n: int) -> sp.Expr | None:
+        """Exact ``μ_n(b, s) = s^n m_n(b, s)/sqrt(n!)`` (``None`` when no closed form)."""
+        m = self.mean_expr(n)
+        return None if m is None else sp.simplify(S**n * m / sp.sqrt(sp.factorial(n)))
+
+    def derivative_expr(self, k: int) -> sp.Expr:
+        """``σ^{(k)}(u)`` (classical derivative; Heaviside/Dirac terms for non-smooth activations)."""
+        key = ("deriv", k)
+        if key not in self._cache:
+            self._cache[key] = sp.diff(self.expr, U, k)
+        return self._cache[key]
+
+    # floats -------------------------------------------------------------------------------------------------------
+    def _check_scale(self, k: int, b: float, s: float) -> None:
+        if not (math.isfinite(b) and math.isfinite(s)) or s < 0:
+            raise ActivationError(f"need finite bias b and scale s ≥ 0, got b = {b!r}, s = {s!r}")
+        if s == 0 and self.classical_order is not None and k > self.classical_order:
+            raise ActivationError(
+                f"activation {self.name!r}: the derivative mean m_{k}(b, s) at s = 0 is σ^({k})(b), which does not "
+                f"exist for {self.name} beyond order {self.classical_order}; use a scale s > 0")
+
+    def mean(self, k: int, b: float = 0.0, s: float = 1.0) -> Coefficient:
+        """``m_k(b, s) = E[σ^{(k)}(u)]``, ``u ~ N(b, s²)``, as exact expression (when it exists) and float."""
+        k = _check_degree(k)
+        b, s = float(b), float(s)
+        self._check_scale(k, b, s)
+        if s == 0:
+            val = self.derivative_expr(k).subs(U, sp.nsimplify(b))
+            return Coefficient(float(val), val)
+        if self.mean0 is not None:
+            ex = self.mean_expr(k).subs({B: sp.nsimplify(b), S: sp.nsimplify(s)})
+            return Coefficient(float(sp.N(ex, 20)), sp.simplify(ex))
+        mu = self._hermite_quad(k, b, s)
+        scale = mpmath.sqrt(mpmath.factorial(k)) / mpmath.mpf(s) ** k
+        return Coefficient(float(mu[0] * scale), None, float(mu[1] * scale))
+
+    def hermite(self, n: int, b: float = 0.0, s: float = 1.0) -> Coefficient:
+        """``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)]`` as exact expression (when it exists) and float."""
+        n = _check_degree(n)
+        b, s = float(b), float(s)
+        self._check_scale(0, b, s)
+        if self.mean0 is not None and s > 0:
+            ex = self.hermite_expr(n).subs({B: sp.nsimplify(b), S: sp.nsimplify(s)})
+            return Coefficient(float(sp.N(ex, 20)), sp.simplify(ex))
+        if s == 0:  # σ(b) h_n(ξ) has mean σ(b) δ_{n0}
+            val = self.expr.subs(U, sp.nsimplify(b)) if n == 0 else sp.Integer(0)
+            return Coefficient(float(val), val)
+        val, err = self._hermite_quad(n, b, s)
+        return Coefficient(float(val), None, float(err))
+
+    def hermite_mp(self, n: int, b: float = 0.0, s: float = 1.0) -> mpmath.mpf:
+        """``μ_n`` at the activation's working precision (exact forms evaluated, else quadrature)."""
+        if self.mean0 is not None:
+            return mpmath.mpf(sp.N(self.hermite_expr(n).subs({B: sp.nsimplify(b), S: sp.nsimplify(s)}),
+                                   self.precision))
+        return self._hermite_quad(n, b, s)[0]
+
+    def _hermite_quad(self, n: int, b: float, s: float) -> tuple[mpmath.mpf, mpmath.mpf]:
+        key = ("quad", n, b, s)
+        if key in self._cache:
+            return self._cache[key]
+        f = sp.lambdify(U, self.expr, modules="mpmath")
+        he = sp.lambdify(U, sp.hermite_prob(n, U), modules="mpmath")
+        with mpmath.workdps(self.precision + 10):
+            norm = 1 / (mpmath.sqrt(2 * mpmath.pi) * mpmath.sqrt(mpmath.factorial(n)))
+            kink = -mpmath.mpf(b) / s
+            pts = sorted({-mpmath.inf, min(kink, 0), max(kink, 0), mpmath.inf})
+            val, err = mpmath.quad(lambda x: f(s * x + b) * he(x) * mpmath.exp(-x * x / 2), pts,
+                                   error=True, maxdegree=10)
+            val, err = val * norm, err * norm
+            tol = mpmath.mpf(10) ** (-self.precision)
+            if err > tol * max(1, abs(val)):
+                raise ActivationError(
+                    f"activation {self.name!r}: μ_{n}(b={b}, s={s}) by quadrature has estimated error {float(err):.2g}, "
+                    f"above the requested precision 1e-{self.precision}; lower the degree or the precision")
+        self._cache[key] = (+val, +err)
+        return self._cache[key]
+
+    # vectorised ---------------------------------------------------------------------------------------------------
+    def mean_numpy(self, k: int, quad_nodes: int = 120) -> Callable[[Any, Any], np.ndarray]:
+        """Vectorised ``(b, s) ↦ m_k(b, s)`` over NumPy arrays (``s > 0``).
+
+        Closed form: the lambdified ``m_k``. Otherwise Gauss–Hermite quadrature with ``quad_nodes`` nodes of the
+        lambdified ``σ^{(k)}``: ``m_k ≈ Σ_j w_j σ^{(k)}(b + s ξ_j)``.
+        """
+        k = _check_degree(k)
+        key = ("numpy", k, quad_nodes)
+        if key in self._cache:
+            return self._cache[key]
+        if self.mean0 is not None:
+            f = sp.lambdify((B, S), self.mean_expr(k), modules=["scipy", "numpy"])
+
+            def fn(b: Any, s: Any, _f=f) -> np.ndarray:
+                b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
+                return np.asarray(_f(b, s), dtype=float) * np.ones_like(b)
+        else:
+            x, w = np.polynomial.hermite_e.hermegauss(quad_nodes)
+            w = w / math.sqrt(2 * math.pi)
+            d = sp.lambdify(U, self.derivative_expr(k), modules=["scipy", "numpy"])
+
+            def fn(b: Any, s: Any, _d=d, _x=x, _w=w) -> np.ndarray:
+                b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
+                vals = _d(b[..., None] + s[..., None] * _x)
+                return np.asarray(vals * np.ones_like(b[..., None])) @ _w
+        self._cache[key] = fn
+        return fn
+
+    def numpy(self) -> Callable[[Any], np.ndarray]:
+        """``σ`` as a NumPy function."""
+        return sp.lambdify(U, self.expr, modules=["scipy", "numpy"])
+
+    def torch(self) -> Callable[[Any], Any]:
+        """``σ`` as a torch function generated from the same SymPy expression (autograd-compatible)."""
+        if "torch" not in self._cache:
+            raw = sp.lambdify(U, self.expr, modules=[_torch_namespace(), "numpy"])
+
+            def fn(x: Any, _raw=raw) -> Any:
+                y = _raw(x)
+                return y.to(x.dtype).expand_as(x) if hasattr(y, "to") else x * 0 + float(y)
+            self._cache["torch"] = fn
+        return self._cache["torch"]
+
+
+@lru_cache(maxsize=1)
+def _torch_namespace() -> dict[str, Any]:
+    import torch
+
+    def select(conds: list, vals: list, default: Any = float("nan")) -> Any:
+        tensors = [t for t in (*conds, *vals) if isinstance(t, torch.Tensor)]
+        shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+        floats = [v for v in vals if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        dtype = floats[0].dtype if floats else torch.get_default_dtype()
+        device = tensors[0].device
+
+        def full(v: Any) -> Any:
+            return v if isinstance(v, torch.Tensor) else torch.full(shape, float(v), dtype=dtype, device=device)
+
+        out = full(float(default))
+        for c, v in reversed(list(zip(conds, vals))):
+            out = full(v).expand(shape) if c is True else torch.where(c, full(v), out)
+        return out
+
+    def maximum_reduce(fn: Any, args: list) -> Any:
+        out = args[0]
+        for a in args[1:]:
+            out = fn(out, a)
+        return out
+
+    def maximum(a: Any, b: Any) -> Any:
+        a = a if isinstance(a, torch.Tensor) else torch.as_tensor(a)
+        b = b if isinstance(b, torch.Tensor) else torch.as_tensor(b)
+        return torch.maximum(a, b)
+
+    def minimum(a: Any, b: Any) -> Any:
+        a = a if isinstance(a, torch.Tensor) else torch.as_tensor(a)
+        b = b if isinstance(b, torch.Tensor) else torch.as_tensor(b)
+        return torch.minimum(a, b)
+
+    def heaviside(x: Any, h0: float = 0.5) -> Any:
+        return torch.heaviside(x, torch.as_tensor(float(h0), dtype=x.dtype, device=x.device))
+
+    def tensor_args(fn: Callable) -> Callable:
+        def wrapped(*args: Any) -> Any:
+            return fn(*[a if isinstance(a, torch.Tensor) else torch.as_tensor(float(a), dtype=torch.float64)
+                        for a in args])
+        return wrapped
+
+    unary = {"exp": torch.exp, "log": torch.log, "log1p": torch.log1p, "sqrt": torch.sqrt, "tanh": torch.tanh,
+             "sinh": torch.sinh, "cosh": torch.cosh, "sin": torch.sin, "cos": torch.cos, "abs": torch.abs,
+             "erf": torch.special.erf, "erfc": torch.special.erfc, "sign": torch.sign, "power": torch.pow,
+             "greater": torch.gt, "greater_equal": torch.ge, "less": torch.lt, "less_equal": torch.le,
+             "equal": torch.eq}
+    ns = {k: tensor_args(v) for k, v in unary.items()}
+    ns.update({"select": select, "reduce": maximum_reduce, "maximum": maximum, "minimum": minimum,
+               "heaviside": heaviside, "pi": math.pi, "e": math.e})
+    return ns
+
+
+def _check_degree(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer, sp.Integer)) or int(k) < 0:
+        raise ActivationError(f"degree/order must be a non-negative integer, got {k!r}")
+    return int(k)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# registry
+# ---------------------------------------------------------------------------------------------------------------
+def _relu_mean0() -> sp.Expr:
+    return B * _Phi(B / S) + S * _phi(B / S)
+
+
+def _builtin() -> dict[str, Activation]:
+    relu = sp.Piecewise((U, U > 0), (0, True))
+    q1 = sp.sqrt(1 + S**2)
+    acts = [
+        Activation("relu", relu, _relu_mean0(), 1, "max(u, 0)"),
+        Activation("abs", sp.Abs(U), 2 * _relu_mean0() - B, 1, "|u|"),
+        Activation("erf", sp.erf(U), sp.erf(B / sp.sqrt(1 + 2 * S**2)), None, "erf(u)"),
+        Activation("gelu", U * _Phi(U), B * _Phi(B / q1) + S**2 * _phi(B / q1) / q1, None, "u Φ(u) (exact GELU)"),
+        Activation("step", sp.Piecewise((1, U > 0), (0, True)), _Phi(B / S), 0, "Heaviside step 1[u > 0]"),
+        Activation("linear", U, B, None, "u"),
+        Activation("quadratic", U**2, B**2 + S**2, None, "u²"),
+        Activation("tanh", sp.tanh(U), None, None, "tanh(u) (quadrature)"),
+        Activation("sigmoid", 1 / (1 + sp.exp(-U)), None, None, "1/(1 + e^{-u}) (quadrature)"),
+        Activation("softplus", sp.log(1 + sp.exp(U)), None, None, "log(1 + e^u) (quadrature)"),
+        Activation("silu", U / (1 + sp.exp(-U)), None, None, "u/(1 + e^{-u}) (quadrature)"),
+    ]
+    return {a.name: a for a in acts}
+
+
+ACTIVATIONS: dict[str, Activation] = _builtin()
+
+
+def register(act: Activation) -> Activation:
+    """Add an activation to the registry (replaces one of the same name)."""
+    ACTIVATIONS[act.name] = act
+    return act
+
+
+def from_expression(text: "str | sp.Expr", name: str | None = None, precision: int = 30) -> Activation:
+    """An activation from a SymPy expression in ``u`` (or ``x``); polynomials get exact means, others quadrature."""
+    if isinstance(text, str):
+        try:
+            expr = sp.sympify(text, locals={"u": U, "x": U, "Phi": lambda t: _Phi(t)})
+        except (sp.SympifyError, SyntaxError, TypeError) as exc:
+            raise ActivationError(f"cannot parse activation expression {text!r}: {exc}") from None
+    else:
+        expr = sp.sympify(text).subs({sp.Symbol("u"): U, sp.Symbol("x"): U})
+    extra = expr.free_symbols - {U}
+    if extra or not expr.has(U):
+        raise ActivationError(
+            f"unknown activation {str(text)!r}; known: {', '.join(sorted(ACTIVATIONS))}, or an expression in u "
+            f"such as 'u*tanh(u)'" + (f" (undefined symbols: {', '.join(sorted(map(str, extra)))})" if extra else ""))
+    mean0 = _polynomial_mean(expr) if expr.is_polynomial(U) else None
+    return Activation(name or str(expr), expr, mean0, None, f"user expression {expr}", precision)
+
+
+def get_activation(spec: "str | Activation | sp.Expr") -> Activation:
+    """Look up a registered activation by name, or build one from an expression in ``u``."""
+    if isinstance(spec, Activation):
+        return spec
+    if isinstance(spec, str) and spec.strip().lower() in ACTIVATIONS:
+        return ACTIVATIONS[spec.strip().lower()]
+    return from_expression(spec)

@@ -1,0 +1,179 @@
+"""Targets ``f*(x) = Σ_α v_α h_α(z)`` (DESIGN §1): parsing, exact Hermite decomposition, evaluation.
+
+A target expression is a polynomial written with
+
+* whitened coordinates ``z0, z1, …`` and eigenbasis inputs ``x0, x1, …`` (``x_i = sqrt(g_i) z_i``; with a full
+  covariance, ``x`` are the user's coordinates and are rotated into the eigenbasis),
+* Hermite factors ``h<n>(z<i>)`` (orthonormal ``h_n``), ``staircase(k) = (1/sqrt(k)) Σ_{j=1..k} z0*…*z_{j-1}``,
+* numbers, ``+ - * / ^ **``, parentheses, ``sqrt`` and ``pi``.
+
+It is expanded and decomposed exactly into Hermite modes (rational arithmetic where the inputs are rational).
+By default the non-constant part is normalised to unit variance ``Σ_{α≠0} v_α² = 1``; the constant term is
+reported separately (``constant``) and is not a mode of the normalised target.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import sympy as sp
+
+from .data import Spectrum
+from .hermite import Mode, hermite_expr, polynomial_to_hermite
+
+
+class TargetError(ValueError):
+    """A target expression that cannot be parsed or decomposed."""
+
+
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+                    r"|(?P<op>\*\*|[-+*/^(),]))")
+_FUNCS = {"staircase", "sqrt", "pi"}
+
+
+def _zsyms(d: int) -> list[sp.Symbol]:
+    return [sp.Symbol(f"z{i}", real=True) for i in range(d)]
+
+
+def staircase_expr(k: int, zs: list[sp.Symbol]) -> sp.Expr:
+    """``staircase(k) = (1/sqrt(k)) Σ_{j=1..k} z_0 ⋯ z_{j-1}`` (unit variance)."""
+    if k < 1 or k > len(zs):
+        raise TargetError(f"staircase({k}) needs 1 ≤ k ≤ d = {len(zs)}")
+    return sum((sp.Mul(*zs[:j]) for j in range(1, k + 1)), sp.Integer(0)) / sp.sqrt(k)
+
+
+def _check_tokens(text: str, d: int) -> None:
+    """Reject unknown names, out-of-range dimensions and stray characters, saying where."""
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            at = pos + len(text[pos:]) - len(text[pos:].lstrip())
+            raise TargetError(f"cannot parse target {text!r}: unexpected character {text[at]!r} at position {at}")
+        name = m.group("name")
+        if name is not None:
+            where = m.start("name")
+            coord = re.fullmatch(r"([xz])(\d+)", name)
+            herm = re.fullmatch(r"h(\d+)", name)
+            if coord:
+                if int(coord.group(2)) >= d:
+                    raise TargetError(f"target {text!r}: {name} at position {where} is out of range for d = {d} "
+                                      f"(dimensions are 0-based: {coord.group(1)}0 … {coord.group(1)}{d - 1})")
+            elif not herm and name not in _FUNCS:
+                raise TargetError(f"target {text!r}: unknown name {name!r} at position {where}; use z<i>, x<i>, "
+                                  "h<n>(z<i>), staircase(k), sqrt, pi")
+        pos = m.end()
+
+
+@dataclass(frozen=True)
+class Target:
+    """A decomposed target: modes ``α`` with coefficients ``v_α`` (float and exact), plus the constant term."""
+
+    expr: str
+    dim: int
+    modes: tuple[Mode, ...]
+    exact: tuple[sp.Expr, ...]
+    constant_exact: sp.Expr = sp.Integer(0)
+    normalized: bool = True
+
+    @property
+    def coefficients(self) -> np.ndarray:
+        return np.array([float(c) for c in self.exact])
+
+    @property
+    def constant(self) -> float:
+        return float(self.constant_exact)
+
+    @property
+    def variance(self) -> float:
+        """``Σ_{α≠0} v_α²`` (the constant mode, when listed, excluded)."""
+        return float(sum(c**2 for m, c in zip(self.modes, self.coefficients) if m.degree > 0))
+
+    def as_dict(self) -> dict[Mode, float]:
+        return dict(zip(self.modes, self.coefficients))
+
+    def evaluate(self, z: Any) -> Any:
+        """``f*(z) = Σ_α v_α h_α(z)`` for samples of shape ``(..., d)``, NumPy or torch (constant excluded when
+        the target is normalised)."""
+        if z.shape[-1] != self.dim:
+            raise TargetError(f"samples have {z.shape[-1]} dimensions, target {self.expr!r} has d = {self.dim}")
+        out = z[..., 0] * 0
+        for m, v in zip(self.modes, self.coefficients):
+            out = out + float(v) * m.evaluate(z)
+        return out
+
+    # constructors ---------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_modes(cls, coeffs: Mapping["Mode | str", Any], dim: int, normalize: bool = True,
+                   expr: str | None = None) -> "Target":
+        """From ``{mode: coefficient}`` directly."""
+        parsed = {(m if isinstance(m, Mode) else Mode.parse(m)): sp.nsimplify(c) if isinstance(c, (int, str))
+                  else sp.sympify(c) for m, c in coeffs.items()}
+        for m in parsed:
+            m.check_dim(dim)
+        text = expr or " + ".join(f"{c}*{m}" for m, c in parsed.items())
+        return cls._build(text, dim, parsed, normalize)
+
+    @classmethod
+    def _build(cls, text: str, dim: int, coeffs: dict[Mode, sp.Expr], normalize: bool) -> "Target":
+        const = sp.sympify(coeffs.pop(Mode(), 0))
+        items = sorted((m, c) for m, c in coeffs.items() if c != 0)
+        if normalize:
+            var = sum((c**2 for _, c in items), sp.Integer(0))
+            if var == 0:
+                raise TargetError(f"target {text!r} has no non-constant part, so it cannot be normalised to unit "
+                                  "variance; use normalize=False")
+            norm = sp.sqrt(sp.nsimplify(var) if var.is_Rational else var)
+            items = [(m, sp.radsimp(c / norm) if norm.is_algebraic else c / norm) for m, c in items]
+        elif const != 0:
+            items = [(Mode(), const)] + items
+        return cls(text, dim, tuple(m for m, _ in items), tuple(c for _, c in items), const, normalize)
+
+
+def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) -> Target:
+    """Parse and decompose a target expression (see module doc) under the covariance ``spectrum``.
+
+    ``spectrum`` may be an int ``d`` (then only z-coordinates may be used).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise TargetError(f"target must be a non-empty string, got {text!r}")
+    d = spectrum if isinstance(spectrum, int) else spectrum.dim
+    _check_tokens(text, d)
+    zs = _zsyms(d)
+    ns: dict[str, Any] = {f"z{i}": zs[i] for i in range(d)}
+    if isinstance(spectrum, Spectrum):
+        xe = [spectrum.sqrt_exact(i) * zs[i] for i in range(d)]
+        if spectrum.rotation is not None:  # user coordinates x_u = R x_eigen
+            rot = spectrum.rotation
+            xe = [sum((sp.Float(rot[j, i], 17) * xe[i] for i in range(d)), sp.Integer(0)) for j in range(d)]
+        ns.update({f"x{i}": xe[i] for i in range(d)})
+    elif re.search(r"\bx\d+", text):
+        raise TargetError(f"target {text!r} uses x-coordinates, which need the covariance spectrum, not only d")
+
+    def _h(n: int) -> Any:
+        def h(arg: Any) -> sp.Expr:
+            if arg not in zs:
+                raise TargetError(f"target {text!r}: h{n}(...) takes a single whitened coordinate z<i>, got {arg}")
+            return hermite_expr(n).subs(sp.Symbol("z", real=True), arg)
+        return h
+
+    for m in set(re.findall(r"\bh(\d+)\b", text)):
+        ns[f"h{m}"] = _h(int(m))
+    ns["staircase"] = lambda k: staircase_expr(int(k), zs)
+    ns["sqrt"], ns["pi"] = sp.sqrt, sp.pi
+    try:
+        expr = sp.sympify(text.replace("^", "**"), locals=ns, rational=True)
+    except TargetError:
+        raise
+    except (sp.SympifyError, SyntaxError, TypeError, ValueError) as exc:
+        raise TargetError(f"cannot parse target {text!r}: {exc}") from None
+    expr = sp.expand(expr)
+    if not expr.is_polynomial(*zs):
+        raise TargetError(f"target {text!r} is not a polynomial in the coordinates; only polynomial targets "
+                          "have a finite Hermite expansion")
+    coeffs = polynomial_to_hermite(expr, zs)
+    return Target._build(text, d, coeffs, normalize)
