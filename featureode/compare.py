@@ -1,0 +1,429 @@
+"""ODE vs MLP comparison (DESIGN §5–6): metrics, ``report.json``/``report.md``/``report.png``, validation suites.
+
+Metrics for each ODE variant against the MLP on the same config (no constant is fitted):
+
+* ``t50``, ``t10``: first time the normalised loss ``L(t)/L(0)`` falls below 0.5 / 0.1 (log-linear interpolation);
+* ``t50_ratio``, ``t10_ratio``: ODE / MLP;
+* ``log_rms``: RMS of ``log L_ode − log L_mlp`` on the MLP's (log-spaced) measurement times where the MLP loss is
+  above 1e-2 (ODE interpolated log-linearly in t).
+
+Both the MLP test loss and its in-support loss ``Σ_β (v_β − f_β)² / Σ v_β²`` (projections on the target's modes)
+are compared; the ODE's loss on the target basis is an in-support loss by construction.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .config import Config, config_from_dict
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# metrics
+# ----------------------------------------------------------------------------------------------------------------
+def crossing_time(t: Sequence[float], ratio: Sequence[float], level: float) -> float | None:
+    """First time ``ratio(t) ≤ level``, interpolating ``log ratio`` linearly in ``t`` between samples."""
+    t, r = np.asarray(t, float), np.asarray(ratio, float)
+    below = np.nonzero(r <= level)[0]
+    if below.size == 0:
+        return None
+    k = int(below[0])
+    if k == 0:
+        return float(t[0])
+    r0, r1 = max(r[k - 1], 1e-300), max(r[k], 1e-300)
+    if r0 == r1:
+        return float(t[k])
+    frac = (math.log(level) - math.log(r0)) / (math.log(r1) - math.log(r0))
+    return float(t[k - 1] + frac * (t[k] - t[k - 1]))
+
+
+def interp_log(t_new: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``y(t_new)`` interpolating ``log y`` linearly in ``t`` (``y > 0``); NaN outside ``[t_0, t_end]``."""
+    t, y = np.asarray(t, float), np.asarray(y, float)
+    out = np.exp(np.interp(t_new, t, np.log(np.maximum(y, 1e-300))))
+    out[(t_new < t[0]) | (t_new > t[-1])] = np.nan
+    return out
+
+
+def normalised(loss: Sequence[float]) -> np.ndarray:
+    """``L(t)/L(0)`` (the first sample is ``t = 0``)."""
+    arr = np.asarray(loss, float)
+    if arr.size == 0 or not arr[0] > 0:
+        raise ValueError(f"a loss curve must start with a positive L(0), got {arr[:1]}")
+    return arr / arr[0]
+
+
+def curve_metrics(t_ode: Sequence[float], loss_ode: Sequence[float], t_ref: Sequence[float],
+                  loss_ref: Sequence[float], floor: float = 1e-2) -> dict[str, float | None]:
+    """Metrics of DESIGN §5 for one ODE curve against one reference (MLP) curve, both as ``L/L(0)``."""
+    t_o, l_o = np.asarray(t_ode, float), normalised(loss_ode)
+    t_r, l_r = np.asarray(t_ref, float), normalised(loss_ref)
+    out: dict[str, float | None] = {}
+    for key, level in (("t50", 0.5), ("t10", 0.1)):
+        a, b = crossing_time(t_o, l_o, level), crossing_time(t_r, l_r, level)
+        out[key] = a
+        out[f"{key}_ratio"] = None if a is None or b is None or b == 0 else a / b
+    mask = (l_r > floor) & (t_r > 0) & (t_r <= t_o[-1])
+    if mask.any():
+        diff = np.log(interp_log(t_r[mask], t_o, l_o)) - np.log(l_r[mask])
+        out["log_rms"] = float(np.sqrt(np.nanmean(diff**2)))
+    else:
+        out["log_rms"] = None
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# output folders and caching
+# ----------------------------------------------------------------------------------------------------------------
+def guard_output_dir(out: Path, cfg: Config, force: bool = False) -> None:
+    """Create ``out`` and stamp it with the config; refuse a folder stamped with a different config.
+
+    ``out/config.json`` records the config and its digest. A folder holding results of another config is refused
+    unless ``force`` (then its stamp is replaced and stale results are overwritten as they are recomputed).
+    """
+    out = Path(out)
+    stamp = out / "config.json"
+    if stamp.exists() and not force:
+        old = json.loads(stamp.read_text())
+        if old.get("digest") != cfg.digest():
+            changed = sorted(f"[{sec}] {k}" for sec, vals in cfg.to_dict().items()
+                             for k, v in vals.items() if old.get("config", {}).get(sec, {}).get(k) != v)
+            raise FileExistsError(f"{out} holds results of a different config (changed: {', '.join(changed)}); "
+                                  "choose another --out or pass --force")
+    out.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps({"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source},
+                                indent=2, default=str))
+
+
+def _cached(path: Path, cfg: Config, sections: tuple[str, ...]) -> dict | None:
+    """A result file written for the same config sections, or ``None``."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return data if data.get("digest") == cfg.digest(sections) else None
+
+
+MLP_SECTIONS = ("data", "target", "network", "training")
+
+
+def run_mlp(cfg: Config, out: Path, progress: bool = True) -> dict:
+    """Simulate the MLP of ``cfg`` into ``out`` or reuse ``out/mlp.json`` from the same config."""
+    from .mlp import simulate_config
+
+    cached = _cached(out / "mlp.json", cfg, MLP_SECTIONS)
+    if cached is not None and cached.get("complete", True):
+        return cached
+    res = simulate_config(cfg, out, resume=(out / "checkpoint.pt").exists(), progress=progress)
+    res["digest"] = cfg.digest(MLP_SECTIONS)
+    (out / "mlp.json").write_text(json.dumps(res, default=_json_default))
+    return res
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the comparison
+# ----------------------------------------------------------------------------------------------------------------
+def build_report(cfg: Config, ode: dict, mlp: dict) -> dict:
+    """``report.json`` content (DESIGN §6) from the ODE and MLP results of one config."""
+    t_m = np.asarray(mlp["t"], float)
+    test = normalised(mlp["loss"])
+    insup = np.asarray(mlp["in_support_loss"], float)
+    mlp_rep = {"t": t_m.tolist(), "loss": test.tolist(), "in_support_loss": insup.tolist(),
+               "t50": crossing_time(t_m, test, 0.5), "t10": crossing_time(t_m, test, 0.1),
+               "in_support_t50": crossing_time(t_m, insup / insup[0], 0.5),
+               "in_support_t10": crossing_time(t_m, insup / insup[0], 0.1),
+               "complete": mlp.get("complete", True), "reached_t": mlp.get("reached_t", float(t_m[-1]))}
+    variants: dict[str, dict] = {}
+    for name, v in ode["variants"].items():
+        met = curve_metrics(v["t"], v["loss"], t_m, test)
+        ins = curve_metrics(v["t"], v["loss"], t_m, insup)
+        variants[name] = {"t": list(v["t"]), "loss": normalised(v["loss"]).tolist(), **met,
+                          "in_support": {k: ins[k] for k in ("t50_ratio", "t10_ratio", "log_rms")}}
+    return {"config": cfg.to_dict(), "modes": ode["modes"], "mlp": mlp_rep, "variants": variants}
+
+
+def report_markdown(cfg: Config, report: dict) -> str:
+    """The metrics table of ``report.md``."""
+    m = report["mlp"]
+    f = lambda x, p=3: "—" if x is None else f"{x:.{p}g}"  # noqa: E731
+    lines = [f"# featureode compare: `{cfg.target.expr}`, d = {cfg.data.dim}, γ = {cfg.network.richness}, "
+             f"{cfg.network.activation}, N = {cfg.network.width}",
+             "",
+             f"MLP (test loss): t50 = {f(m['t50'], 4)}, t10 = {f(m['t10'], 4)}; in-support loss: "
+             f"t50 = {f(m['in_support_t50'], 4)}, t10 = {f(m['in_support_t10'], 4)}"
+             + ("" if m["complete"] else f" — **MLP stopped early at t = {m['reached_t']:.4g}**"),
+             "",
+             "No constant below is fitted: every ODE constant is derived from the network's parametrisation.",
+             "",
+             "| variant | t50 | t10 | t50 ratio | t10 ratio | log-RMS | t50 ratio (in-support) | "
+             "t10 ratio (in-support) | log-RMS (in-support) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, v in report["variants"].items():
+        s = v["in_support"]
+        lines.append(f"| {name} | {f(v['t50'], 4)} | {f(v['t10'], 4)} | {f(v['t50_ratio'])} | {f(v['t10_ratio'])} | "
+                     f"{f(v['log_rms'])} | {f(s['t50_ratio'])} | {f(s['t10_ratio'])} | {f(s['log_rms'])} |")
+    lines += ["", "Ratios are ODE/MLP; log-RMS is the RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",
+              "![report](report.png)", ""]
+    return "\n".join(lines)
+
+
+def report_figure(path: Path, cfg: Config, ode: dict, mlp: dict, report: dict) -> None:
+    """Three panels on shared log-time axes: loss, mode coefficients ``f_β(t)``, eigenvalues ``λ_β(t)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), sharex=True)
+    t_m = np.asarray(mlp["t"], float)
+    pos = t_m > 0
+    ax = axes[0]
+    ax.plot(t_m[pos], np.asarray(report["mlp"]["loss"])[pos], "k-", lw=2.2, label="MLP test loss")
+    ax.plot(t_m[pos], np.asarray(report["mlp"]["in_support_loss"])[pos], "k--", lw=1.5, label="MLP in-support")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for c, (name, v) in zip(colors, report["variants"].items()):
+        t = np.asarray(v["t"], float)
+        ax.plot(t[t > 0], np.asarray(v["loss"])[t > 0], color=c, label=f"ODE {name}")
+    ax.set(xscale="log", yscale="log", xlabel="t", ylabel="L(t)/L(0)", title="loss")
+    ax.set_ylim(bottom=max(1e-4, ax.get_ylim()[0]))
+    ax.legend(fontsize=8)
+
+    mlp_modes, ode_modes = list(mlp["modes"]), list(ode["modes"])
+    shown = [m for m in mlp_modes if m in ode_modes][:6]
+    main = next(iter(ode["variants"]))
+    key = "displacement" if "displacement" in ode["variants"] else main
+    for ax, field, title in ((axes[1], "f", "mode coefficients f_β(t)"), (axes[2], "lambda", "eigenvalues λ_β(t)")):
+        for c, mode in zip(colors, shown):
+            i, j = mlp_modes.index(mode), ode_modes.index(mode)
+            y = np.asarray(mlp[field], float)[:, i]
+            ax.plot(t_m[pos], y[pos], "o", ms=3, color=c, label=f"MLP {mode}")
+            if field == "f" and "f_stderr" in mlp:
+                e = np.asarray(mlp["f_stderr"], float)[:, i]
+                ax.fill_between(t_m[pos], (y - 2 * e)[pos], (y + 2 * e)[pos], color=c, alpha=0.2, lw=0)
+            v = ode["variants"][key]
+            t = np.asarray(v["t"], float)
+            ax.plot(t[t > 0], np.asarray(v[field], float)[t > 0, j], "-", color=c, label=f"ODE {key} {mode}")
+        ax.set(xscale="log", xlabel="t", title=title)
+        if field == "lambda":
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{cfg.target.expr}, d = {cfg.data.dim}, γ = {cfg.network.richness}, {cfg.network.activation}, "
+                 f"N = {cfg.network.width} (bands: ±2 s.e.)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def compare_config(cfg: Config, out: "str | Path", progress: bool = True) -> dict:
+    """Solve every ODE variant, simulate (or reuse) the MLP, and write ``report.json``, ``report.md``, ``report.png``."""
+    from .solve import solve_config
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ode = solve_config(cfg, out)
+    mlp = run_mlp(cfg, out, progress=progress)
+    report = build_report(cfg, ode, mlp)
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
+    (out / "report.md").write_text(report_markdown(cfg, report))
+    report_figure(out / "report.png", cfg, ode, mlp, report)
+    return report
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# validation suites
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Case:
+    """One cell of a validation grid: a name and the config keys that differ from the suite's base."""
+
+    name: str
+    overrides: dict
+
+    @property
+    def richness(self) -> float:
+        return float(self.overrides.get("network", {}).get("richness", 0.5))
+
+
+LAZY_RICHNESS = 0.01  # cases with γ at or below this are "lazy" for the acceptance rule of DESIGN §5
+
+
+def _grid(targets: Sequence[str], gammas: Sequence[float], dims: Sequence[int], sweep: dict[str, Sequence[int]],
+          base_dim: int) -> list[Case]:
+    cases = []
+    for tgt in targets:
+        for g in gammas:
+            cases.append(Case(f"{_slug(tgt)}_d{base_dim}_g{g:g}",
+                              {"target": {"expr": tgt}, "network": {"richness": g}, "data": {"dim": base_dim}}))
+    for tgt, ds in sweep.items():
+        for d in ds:
+            for g in gammas:
+                cases.append(Case(f"{_slug(tgt)}_d{d}_g{g:g}",
+                                  {"target": {"expr": tgt}, "network": {"richness": g}, "data": {"dim": d}}))
+    return cases
+
+
+def _slug(expr: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in expr).strip("_").replace("__", "_")
+
+
+SUITES: dict[str, dict[str, Any]] = {
+    "standard": {
+        "description": "targets {z0, h2(z0), z0*z1, staircase(2), staircase(3)} × γ ∈ {0.005, 0.15, 0.5} at d = 16, "
+                       "plus z0*z1 at d ∈ {8, 32}; exponent 1.5, offset 3, relu, σ_b = 0.5, N = 1024",
+        "base": {"data": {"exponent": 1.5, "offset": 3.0},
+                 "network": {"activation": "relu", "width": 1024, "bias_std": 0.5},
+                 "training": {"batch": 2048, "seed": 0},
+                 "ode": {"variants": ["lazy", "agop", "displacement"]}},
+        "cases": _grid(["z0", "h2(z0)", "z0*z1", "staircase(2)", "staircase(3)"], [0.005, 0.15, 0.5], [16],
+                       {"z0*z1": [8, 32]}, 16),
+        "t_max_factor": 2.0, "t_max_cap": 20000.0,
+    },
+    "quick": {
+        "description": "smoke suite: z0 and z0*z1 at d = 8, γ ∈ {0.005, 0.5}, N = 256 (minutes on 2 cores)",
+        "base": {"data": {"exponent": 1.5, "offset": 3.0},
+                 "network": {"activation": "relu", "width": 256, "bias_std": 0.5},
+                 "training": {"batch": 512, "seed": 0, "n_test": 4000, "n_points": 30},
+                 "ode": {"variants": ["lazy", "displacement"]}},
+        "cases": _grid(["z0", "z0*z1"], [0.005, 0.5], [8], {}, 8),
+        "t_max_factor": 1.5, "t_max_cap": 2000.0,
+    },
+}
+
+
+def lazy_t10(cfg: Config) -> float:
+    """``t10`` of the lazy kernel flow with exact ``λ(0)``: solves ``Σ v² e^{−2λt} = 0.1 Σ v²`` by bisection."""
+    from .kernel import kernel_theory
+
+    th = kernel_theory(cfg, basis="target")
+    v2, lam = np.asarray(th.target, float) ** 2, np.asarray(th.lambda_exact, float)
+    ratio = lambda t: float(np.sum(v2 * np.exp(-2 * lam * t)) / np.sum(v2))  # noqa: E731
+    lo, hi = 0.0, 1.0
+    while ratio(hi) > 0.1:
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ratio(mid) > 0.1 else (lo, mid)
+    return hi
+
+
+def suite_config(suite: str, case: Case) -> Config:
+    """The full config of one case: the suite's base, the case's overrides, and ``t_max`` from the lazy flow.
+
+    ``t_max = min(cap, factor × t10_lazy)``: the lazy kernel flow with exact ``λ(0)`` bounds the learning time
+    from above in the rich regime, so the MLP has room to reach 10% in every case (a choice of horizon only; no
+    constant of the ODE depends on it).
+    """
+    spec = SUITES[suite]
+    raw: dict[str, dict] = {k: dict(v) for k, v in spec["base"].items()}
+    for sec, vals in case.overrides.items():
+        raw.setdefault(sec, {}).update(vals)
+    cfg = config_from_dict(raw, source=f"suite:{suite}/{case.name}")
+    t_max = min(spec["t_max_cap"], spec["t_max_factor"] * lazy_t10(cfg))
+    return cfg.replace(training={"t_max": float(f"{t_max:.4g}")})
+
+
+def _run_case(suite: str, case: Case, out: str, force: bool) -> dict:
+    cfg = suite_config(suite, case)
+    case_dir = Path(out) / case.name
+    cached = _cached(case_dir / "report.json", cfg, ("data", "target", "network", "training", "ode"))
+    if cached is not None and not force:
+        return cached
+    guard_output_dir(case_dir, cfg, force=force)
+    t0 = time.time()
+    report = compare_config(cfg, case_dir, progress=False)
+    report["digest"] = cfg.digest(("data", "target", "network", "training", "ode"))
+    report["wall_s"] = time.time() - t0
+    (case_dir / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
+    return report
+
+
+def acceptance(case: Case, report: dict) -> dict[str, bool | None]:
+    """DESIGN §5 / issue 6 acceptance: displacement t50 ∈ [0.85, 1.25] and t10 ∈ [0.75, 1.30] on every case;
+    lazy within 10% on t50 for the lazy cases (``None`` where a rule does not apply or a time is missing)."""
+    out: dict[str, bool | None] = {}
+    d = report["variants"].get("displacement")
+    if d is not None:
+        ok50 = None if d["t50_ratio"] is None else 0.85 <= d["t50_ratio"] <= 1.25
+        ok10 = None if d["t10_ratio"] is None else 0.75 <= d["t10_ratio"] <= 1.30
+        out["displacement"] = None if ok50 is None or ok10 is None else ok50 and ok10
+    lz = report["variants"].get("lazy")
+    if lz is not None and case.richness <= LAZY_RICHNESS:
+        out["lazy"] = None if lz["t50_ratio"] is None else abs(lz["t50_ratio"] - 1) <= 0.10
+    return out
+
+
+def summary_markdown(suite: str, rows: list[tuple[Case, dict]]) -> str:
+    """Summary table of a suite: ratios per variant and the acceptance verdicts."""
+    variants = sorted({v for _, r in rows for v in r["variants"]})
+    f = lambda x: "—" if x is None else f"{x:.3g}"  # noqa: E731
+    head = "| case | MLP t50 | MLP t10 | " + " | ".join(f"{v} t50 / t10 ratio" for v in variants) + " | accepted |"
+    lines = [f"# validation suite `{suite}`", "", SUITES[suite]["description"], "",
+             "Ratios are ODE/MLP on the test loss; no constant is fitted.", "", head,
+             "|" + "---|" * (len(variants) + 4)]
+    verdicts = []
+    for case, r in rows:
+        acc = acceptance(case, r)
+        verdicts.append(acc)
+        cells = [f"{f(r['variants'][v]['t50_ratio'])} / {f(r['variants'][v]['t10_ratio'])}"
+                 if v in r["variants"] else "—" for v in variants]
+        verdict = ", ".join(f"{k}: {'yes' if ok else 'no' if ok is not None else 'n/a'}" for k, ok in acc.items())
+        lines.append(f"| {case.name} | {f(r['mlp']['t50'])} | {f(r['mlp']['t10'])} | " + " | ".join(cells)
+                     + f" | {verdict} |")
+    for rule in ("displacement", "lazy"):
+        got = [a[rule] for a in verdicts if rule in a]
+        if got:
+            passed = sum(1 for x in got if x)
+            lines.append(f"\n**{rule}**: {passed}/{len(got)} cases within the acceptance band"
+                         + (f" ({sum(1 for x in got if x is None)} without a crossing time)" if None in got else ""))
+    return "\n".join(lines) + "\n"
+
+
+def run_suite(suite: str, out: "str | Path", jobs: int = 1, progress: bool = True, force: bool = False) -> list:
+    """Run a named suite into ``out/<case>/``; finished cases are reused, so an interrupted run resumes."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm import tqdm
+
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cases = SUITES[suite]["cases"]
+    results: dict[str, dict] = {}
+    bar = tqdm(total=len(cases), desc=f"suite {suite}", disable=not progress)
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futs = {pool.submit(_run_case, suite, c, str(out), force): c for c in cases}
+            for fut in futs:
+                results[futs[fut].name] = fut.result()
+                bar.update()
+    else:
+        for c in cases:
+            bar.set_postfix_str(c.name)
+            results[c.name] = _run_case(suite, c, str(out), force)
+            bar.update()
+    bar.close()
+    rows = [(c, results[c.name]) for c in cases]
+    summary = {c.name: {"mlp": {k: r["mlp"][k] for k in ("t50", "t10")},
+                        "variants": {v: {k: x[k] for k in ("t50_ratio", "t10_ratio", "log_rms")}
+                                     for v, x in r["variants"].items()},
+                        "accepted": acceptance(c, r)} for c, r in rows}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json_default))
+    (out / "summary.md").write_text(summary_markdown(suite, rows))
+    return rows

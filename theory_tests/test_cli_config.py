@@ -1,0 +1,131 @@
+"""CLI JSON contract (DESIGN §6), config validation and the comparison metrics, against independent oracles."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+from featureode.cli import main
+from featureode.compare import crossing_time, curve_metrics, guard_output_dir
+from featureode.config import ConfigError, config_from_dict, load_config
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_hermite_relu_json_matches_design_closed_form(capsys):
+    out = run_json(capsys, "hermite", "relu", "--max-degree", "10", "--json")
+    assert out["activation"] == "relu"
+    assert set(out) >= {"activation", "coefficients", "exact"}
+    # DESIGN §2: E[σ He_n] = 1/sqrt(2π), 1/2, then (−1)^{n/2−1}(n−3)!!/sqrt(2π) for even n ≥ 2, 0 for odd n ≥ 3
+    for n, mu in enumerate(out["coefficients"]):
+        if n == 0:
+            e_he = 1 / math.sqrt(2 * math.pi)
+        elif n == 1:
+            e_he = 0.5
+        elif n % 2:
+            e_he = 0.0
+        else:
+            dfact = math.prod(range(n - 3, 0, -2)) if n > 3 else 1
+            e_he = (-1) ** (n // 2 - 1) * dfact / math.sqrt(2 * math.pi)
+        assert mu == pytest.approx(e_he / math.sqrt(math.factorial(n)), abs=1e-14)
+    assert all(isinstance(x, str) for x in out["exact"])
+
+
+def test_hermite_tanh_bias_against_scipy_quadrature(capsys):
+    out = run_json(capsys, "hermite", "tanh", "--max-degree", "7", "--bias", "0.3", "--json")
+    assert out["exact"] == [None] * 8
+    he = np.polynomial.hermite_e
+    for n, mu in enumerate(out["coefficients"]):
+        c = np.zeros(n + 1)
+        c[n] = 1
+        f = lambda x: math.tanh(x + 0.3) * he.hermeval(x, c) * math.exp(-x * x / 2)  # noqa: E731
+        ref = integrate.quad(f, -40, 40, limit=400, epsabs=1e-14)[0] / math.sqrt(2 * math.pi * math.factorial(n))
+        assert mu == pytest.approx(ref, abs=1e-11)
+
+
+def test_decompose_json_against_hand_derivation(capsys):
+    out = run_json(capsys, "decompose", "x0^2 + staircase(3)", "--dim", "8", "--no-normalize", "--json")
+    g = np.array([(i + 3.0) ** -1.5 for i in range(8)])
+    g0 = g[0] / g.sum()
+    # x0² = g0 z0² = g0 (sqrt(2) h2(z0) + 1); staircase(3) = (z0 + z0 z1 + z0 z1 z2)/sqrt(3)
+    expect = {"1": g0, "z0": 1 / math.sqrt(3), "h2(z0)": math.sqrt(2) * g0, "z0*z1": 1 / math.sqrt(3),
+              "z0*z1*z2": 1 / math.sqrt(3)}
+    got = {m["mode"]: m["coefficient"] for m in out["modes"]}
+    assert set(got) == set(expect)
+    for k, v in expect.items():
+        assert got[k] == pytest.approx(v, rel=1e-13)
+    idx = {m["mode"]: m["index"] for m in out["modes"]}
+    assert idx["h2(z0)"] == {"0": 2} and idx["z0*z1*z2"] == {"0": 1, "1": 1, "2": 1} and idx["1"] == {}
+
+
+def test_decompose_normalized_has_unit_variance_and_separate_constant(capsys):
+    out = run_json(capsys, "decompose", "x0^2 + staircase(3)", "--dim", "8", "--json")
+    coeffs = [m["coefficient"] for m in out["modes"]]
+    assert "1" not in [m["mode"] for m in out["modes"]]
+    assert sum(c * c for c in coeffs) == pytest.approx(1, abs=1e-14)
+    assert out["constant"] > 0
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["hermite", "relux", "--max-degree", "3"], "known: abs"),
+    (["hermite", "relu", "--max-degree", "-1"], "--max-degree"),
+    (["decompose", "z0*z8", "--dim", "8"], "z8"),
+    (["decompose", "z0 + foo", "--dim", "8"], "foo"),
+    (["decompose", "z0", "--dim", "4", "--offset", "-5"], "offset"),
+])
+def test_cli_bad_input_one_line_error(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("featureode: error:") and needle in err and err.count("\n") == 1
+
+
+def test_config_unknown_key_suggests_closest():
+    with pytest.raises(ConfigError, match="did you mean 'richness'"):
+        config_from_dict({"target": {"expr": "z0"}, "network": {"richnes": 0.1}})
+    with pytest.raises(ConfigError, match=r"\[target\] expr"):
+        config_from_dict({"network": {"richness": 0.1}})
+    with pytest.raises(ConfigError, match="unknown config table"):
+        config_from_dict({"target": {"expr": "z0"}, "netwrk": {}})
+    with pytest.raises(ConfigError, match="must be a number"):
+        config_from_dict({"target": {"expr": "z0"}, "network": {"richness": "high"}})
+
+
+def test_default_config_loads():
+    cfg = load_config()
+    assert cfg.target.expr and cfg.spectrum().dim == cfg.data.dim
+    assert abs(cfg.spectrum().g.sum() - 1) < 1e-14
+
+
+def test_crossing_time_recovers_exponential_exactly():
+    t = np.concatenate([[0.0], np.logspace(-2, 1, 37)])
+    loss = np.exp(-t)
+    # log L is linear in t, so log-linear interpolation is exact: t50 = ln 2, t10 = ln 10
+    assert crossing_time(t, loss, 0.5) == pytest.approx(math.log(2), rel=1e-12)
+    assert crossing_time(t, loss, 0.1) == pytest.approx(math.log(10), rel=1e-12)
+    assert crossing_time(t, loss, 1e-9) is None
+
+
+def test_curve_metrics_of_time_rescaled_curve():
+    t = np.concatenate([[0.0], np.logspace(-2, 2, 81)])
+    ref = np.exp(-t)
+    ode = np.exp(-t / 1.2)  # the same curve slowed by 1.2: every crossing ratio is 1.2
+    m = curve_metrics(t, ode, t, ref)
+    assert m["t50_ratio"] == pytest.approx(1.2, rel=1e-10) and m["t10_ratio"] == pytest.approx(1.2, rel=1e-10)
+    mask = (ref > 1e-2) & (t > 0)
+    assert m["log_rms"] == pytest.approx(np.sqrt(np.mean((t[mask] - t[mask] / 1.2) ** 2)), rel=1e-9)
+
+
+def test_output_dir_guard(tmp_path):
+    cfg = load_config()
+    guard_output_dir(tmp_path, cfg)
+    guard_output_dir(tmp_path, cfg)  # same config: fine
+    other = cfg.replace(network={"richness": 0.1})
+    with pytest.raises(FileExistsError, match=r"\[network\] richness"):
+        guard_output_dir(tmp_path, other)
+    guard_output_dir(tmp_path, other, force=True)
