@@ -89,14 +89,19 @@ class Activation:
         if self.mean0 is None:
             return None
         key = ("mean", k)
-        if key not in self._cache:
-            self._cache[key] = sp.simplify(sp.diff(self.mean0, B, k)) if k else self.mean0
+        if key not in self._cache:  # m_k = ∂_b m_{k-1}
+            self._cache[key] = sp.simplify(sp.diff(self.mean_expr(k - 1), B)) if k else self.mean0
         return self._cache[key]
 
     def hermite_expr(self, n: int) -> sp.Expr | None:
         """Exact ``μ_n(b, s) = s^n m_n(b, s)/sqrt(n!)`` (``None`` when no closed form)."""
         m = self.mean_expr(n)
-        return None if m is None else sp.simplify(S**n * m / sp.sqrt(sp.factorial(n)))
+        if m is None:
+            return None
+        key = ("hermite", n)
+        if key not in self._cache:
+            self._cache[key] = S**n * m / sp.sqrt(sp.factorial(n))  # m_n is simplified; powers of s combine
+        return self._cache[key]
 
     def derivative_expr(self, k: int) -> sp.Expr:
         """``σ^{(k)}(u)`` (classical derivative; Heaviside/Dirac terms for non-smooth activations)."""
@@ -120,11 +125,11 @@ class Activation:
         b, s = float(b), float(s)
         self._check_scale(k, b, s)
         if s == 0:
-            val = self.derivative_expr(k).subs(U, sp.nsimplify(b))
+            val = self.derivative_expr(k).subs(U, _rational(b))
             return Coefficient(float(val), val)
         if self.mean0 is not None:
-            ex = self.mean_expr(k).subs({B: sp.nsimplify(b), S: sp.nsimplify(s)})
-            return Coefficient(float(sp.N(ex, 20)), sp.simplify(ex))
+            ex = self.mean_expr(k).subs({B: _rational(b), S: _rational(s)})
+            return Coefficient(float(sp.N(ex, 20)), ex)
         mu = self._hermite_quad(k, b, s)
         scale = mpmath.sqrt(mpmath.factorial(k)) / mpmath.mpf(s) ** k
         return Coefficient(float(mu[0] * scale), None, float(mu[1] * scale))
@@ -135,10 +140,10 @@ class Activation:
         b, s = float(b), float(s)
         self._check_scale(0, b, s)
         if self.mean0 is not None and s > 0:
-            ex = self.hermite_expr(n).subs({B: sp.nsimplify(b), S: sp.nsimplify(s)})
-            return Coefficient(float(sp.N(ex, 20)), sp.simplify(ex))
+            ex = self.hermite_expr(n).subs({B: _rational(b), S: _rational(s)})
+            return Coefficient(float(sp.N(ex, 20)), ex)
         if s == 0:  # σ(b) h_n(ξ) has mean σ(b) δ_{n0}
-            val = self.expr.subs(U, sp.nsimplify(b)) if n == 0 else sp.Integer(0)
+            val = self.expr.subs(U, _rational(b)) if n == 0 else sp.Integer(0)
             return Coefficient(float(val), val)
         val, err = self._hermite_quad(n, b, s)
         return Coefficient(float(val), None, float(err))
@@ -146,9 +151,27 @@ class Activation:
     def hermite_mp(self, n: int, b: float = 0.0, s: float = 1.0) -> mpmath.mpf:
         """``μ_n`` at the activation's working precision (exact forms evaluated, else quadrature)."""
         if self.mean0 is not None:
-            return mpmath.mpf(sp.N(self.hermite_expr(n).subs({B: sp.nsimplify(b), S: sp.nsimplify(s)}),
+            return mpmath.mpf(sp.N(self.hermite_expr(n).subs({B: _rational(b), S: _rational(s)}),
                                    self.precision))
         return self._hermite_quad(n, b, s)[0]
+
+    def _kinks(self) -> tuple[sp.Expr, ...]:
+        """Real points ``u`` where ``σ`` may fail to be smooth (used as quadrature breakpoints): the real zeros of
+        the arguments of ``Abs``, ``sign``, ``Heaviside``, of differences of ``Max``/``Min`` arguments and of the
+        two sides of every ``Piecewise`` condition."""
+        if "kinks" not in self._cache:
+            args = [e.args[0] for e in self.expr.atoms(sp.Abs, sp.sign, sp.Heaviside)]
+            for e in self.expr.atoms(sp.Max, sp.Min):
+                args += [p - q for i, p in enumerate(e.args) for q in e.args[i + 1:]]
+            for e in self.expr.atoms(sp.Piecewise):
+                args += [rel.lhs - rel.rhs for _, cond in e.args for rel in cond.atoms(sp.core.relational.Relational)]
+            points: set[sp.Expr] = set()
+            for a in args:
+                sol = sp.solveset(a, U, sp.S.Reals)
+                if isinstance(sol, sp.FiniteSet):
+                    points |= set(sol)
+            self._cache["kinks"] = tuple(sorted(points, key=float))
+        return self._cache["kinks"]
 
     def _hermite_quad(self, n: int, b: float, s: float) -> tuple[mpmath.mpf, mpmath.mpf]:
         key = ("quad", n, b, s)
@@ -158,25 +181,32 @@ class Activation:
         he = sp.lambdify(U, sp.hermite_prob(n, U), modules="mpmath")
         with mpmath.workdps(self.precision + 10):
             norm = 1 / (mpmath.sqrt(2 * mpmath.pi) * mpmath.sqrt(mpmath.factorial(n)))
-            kink = -mpmath.mpf(b) / s
-            pts = sorted({-mpmath.inf, min(kink, 0), max(kink, 0), mpmath.inf})
+            # split at ξ = 0 and wherever σ(s ξ + b) may be non-smooth
+            kinks = {(mpmath.mpf(c) - mpmath.mpf(b)) / s for c in self._kinks()}
+            pts = [-mpmath.inf, *sorted(kinks | {mpmath.mpf(0)}), mpmath.inf]
             val, err = mpmath.quad(lambda x: f(s * x + b) * he(x) * mpmath.exp(-x * x / 2), pts,
                                    error=True, maxdegree=10)
             val, err = val * norm, err * norm
             tol = mpmath.mpf(10) ** (-self.precision)
             if err > tol * max(1, abs(val)):
                 raise ActivationError(
-                    f"activation {self.name!r}: μ_{n}(b={b}, s={s}) by quadrature has estimated error {float(err):.2g}, "
-                    f"above the requested precision 1e-{self.precision}; lower the degree or the precision")
-        self._cache[key] = (+val, +err)
+                    f"activation {self.name!r}: μ_{n}(b={b}, s={s}) by quadrature has estimated error "
+                    f"{float(err):.2g}, above the requested precision 1e-{self.precision}; "
+                    "lower the degree or the precision")
+            self._cache[key] = (+val, +err)  # inside the context: unary + rounds to the working precision
         return self._cache[key]
 
     # vectorised ---------------------------------------------------------------------------------------------------
-    def mean_numpy(self, k: int, quad_nodes: int = 120) -> Callable[[Any, Any], np.ndarray]:
+    def mean_numpy(self, k: int, quad_nodes: int = 16) -> Callable[[Any, Any], np.ndarray]:
         """Vectorised ``(b, s) ↦ m_k(b, s)`` over NumPy arrays (``s > 0``).
 
-        Closed form: the lambdified ``m_k``. Otherwise Gauss–Hermite quadrature with ``quad_nodes`` nodes of the
-        lambdified ``σ^{(k)}``: ``m_k ≈ Σ_j w_j σ^{(k)}(b + s ξ_j)``.
+        Closed form: the lambdified ``m_k``. Otherwise composite Gauss–Legendre quadrature of
+        ``σ^{(k)}(b + s ξ) φ(ξ)`` over ``|ξ| ≤ 12`` (the Gaussian mass beyond is below 1e-31), split at the kinks
+        of ``σ`` (see ``_kinks``), each piece on panels of width at most ``1/max(s, 1)`` in ξ, i.e. at most 1 in
+        ``u``, with ``quad_nodes`` nodes each: the features of ``σ`` (width O(1) in ``u``) stay resolved for every
+        scale ``s`` (Gauss–Hermite would need O(s²) nodes). For a non-smooth σ the integrand is
+        ``σ^{(j)}(b + s ξ) He_{k-j}(ξ) φ(ξ) / s^{k-j}`` (integration by parts), ``σ^{(j)}`` the last derivative
+        without a Dirac mass.
         """
         k = _check_degree(k)
         key = ("numpy", k, quad_nodes)
@@ -189,33 +219,101 @@ class Activation:
                 b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
                 return np.asarray(_f(b, s), dtype=float) * np.ones_like(b)
         else:
-            x, w = np.polynomial.hermite_e.hermegauss(quad_nodes)
-            w = w / math.sqrt(2 * math.pi)
-            d = sp.lambdify(U, self.derivative_expr(k), modules=["scipy", "numpy"])
+            nodes, weights = np.polynomial.legendre.leggauss(_check_degree(quad_nodes))
+            kinks = np.array([float(c) for c in self._kinks()])
+            # m_k = s^{-(k-j)} E[σ^{(j)}(b + s ξ) He_{k-j}(ξ)] (integration by parts), with j the highest order whose
+            # classical derivative carries no Dirac mass; SymPy drops those masses for Piecewise, so j = 0 there
+            j = 0 if kinks.size and self.expr.has(sp.Piecewise) else k
+            while j > 0 and self.derivative_expr(j).has(sp.DiracDelta):
+                j -= 1
+            dj = sp.lambdify(U, _stable(self.derivative_expr(j)), modules=[_numpy_namespace(), "scipy", "numpy"])
+            he = np.polynomial.hermite_e.HermiteE.basis(k - j)
 
-            def fn(b: Any, s: Any, _d=d, _x=x, _w=w) -> np.ndarray:
+            def fn(b: Any, s: Any, _d=dj, _he=he, _p=k - j) -> np.ndarray:
                 b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
-                vals = _d(b[..., None] + s[..., None] * _x)
-                return np.asarray(vals * np.ones_like(b[..., None])) @ _w
+                shape = b.shape
+                b, s = b.ravel(), s.ravel()
+                out = np.empty(b.shape)
+                level = np.ceil(np.log2(np.maximum(s, 1.0))).astype(int)  # panels double with s
+                for lv in np.unique(level):
+                    sel = np.flatnonzero(level == lv)
+                    panels = _PANELS * 2**lv
+                    # nodes and weights of the composite rule on [0, 1]
+                    t = ((np.arange(panels)[:, None] + (nodes + 1) / 2) / panels).ravel()
+                    wt = np.tile(weights / (2 * panels), panels)
+                    step = max(1, _QUAD_CHUNK // ((kinks.size + 1) * t.size))
+                    for c in range(0, sel.size, step):
+                        rows = sel[c:c + step]
+                        # windows of |ξ| ≤ 12 between the kinks ξ_c = (c - b)/s of σ, each with the composite rule
+                        with np.errstate(divide="ignore", invalid="ignore"):
+                            inner = (kinks - b[rows, None]) / s[rows, None]
+                        inner = np.clip(np.nan_to_num(inner, nan=0.0), -_XI_MAX, _XI_MAX)
+                        ends = np.full((rows.size, 1), _XI_MAX)
+                        edges = np.sort(np.concatenate([-ends, inner, ends], axis=1), axis=1)
+                        width = np.diff(edges, axis=1)[..., None]
+                        xi = edges[:, :-1, None] + width * t
+                        u = b[rows, None, None] + s[rows, None, None] * xi
+                        w = width * wt * np.exp(-xi**2 / 2) / math.sqrt(2 * math.pi) * _he(xi)
+                        out[rows] = np.sum(np.broadcast_to(_d(u), u.shape) * w, axis=(1, 2)) / s[rows] ** _p
+                return out.reshape(shape)
         self._cache[key] = fn
         return fn
 
     def numpy(self) -> Callable[[Any], np.ndarray]:
-        """``σ`` as a NumPy function."""
-        return sp.lambdify(U, self.expr, modules=["scipy", "numpy"])
+        """``σ`` as a NumPy function (overflow-safe forms of logistic and softplus sub-expressions)."""
+        return sp.lambdify(U, _stable(self.expr), modules=[_numpy_namespace(), "scipy", "numpy"])
 
     def torch(self) -> Callable[[Any], Any]:
-        """``σ`` as a torch function generated from the same SymPy expression (autograd-compatible)."""
+        """``σ`` as a torch function generated from the same SymPy expression (autograd-compatible).
+
+        Logistic and softplus sub-expressions map to ``torch.sigmoid``/``torch.logaddexp``, which neither overflow
+        nor give NaN gradients in float32; a piecewise-constant σ (step) stays attached to the autograd graph with
+        gradient 0.
+        """
         if "torch" not in self._cache:
-            raw = sp.lambdify(U, self.expr, modules=[_torch_namespace(), "numpy"])
+            raw = sp.lambdify(U, _stable(self.expr), modules=[_torch_namespace(), "numpy"])
 
             def fn(x: Any, _raw=raw) -> Any:
                 y = _raw(x)
-                return y.to(x.dtype).expand_as(x) if hasattr(y, "to") else x * 0 + float(y)
+                y = y.to(x.dtype).expand_as(x) if hasattr(y, "to") else x * 0 + float(y)
+                if x.requires_grad and not y.requires_grad:
+                    y = y + 0 * x.clamp(-1, 1)
+                return y
             self._cache["torch"] = fn
         return self._cache["torch"]
 
 
+_XI_MAX = 12.0  # quadrature window |ξ| ≤ 12 of mean_numpy
+_PANELS = 24  # panels over the window at s ≤ 1 (width 1 in ξ)
+_QUAD_CHUNK = 1 << 21  # evaluation points per block in mean_numpy
+_LOGISTIC = sp.Function("_logistic")  # 1/(1 + e^{-v})
+_SOFTPLUS = sp.Function("_softplus")  # log(1 + e^{v})
+
+
+def _one_plus_exp(e: sp.Expr) -> sp.Expr | None:
+    """``v`` when ``e = 1 + exp(v)``, else ``None``."""
+    if e.is_Add and len(e.args) == 2 and sp.S.One in e.args:
+        other = e.args[1] if e.args[0] == 1 else e.args[0]
+        if isinstance(other, sp.exp):
+            return other.args[0]
+    return None
+
+
+def _stable(expr: sp.Expr) -> sp.Expr:
+    """The same function with ``(1 + e^v)^{-n} → logistic(-v)^n`` and ``log(1 + e^v) → softplus(v)``, for
+    overflow-free floating-point evaluation (the symbols ``_logistic``/``_softplus`` map to stable numerics)."""
+    expr = expr.replace(lambda e: isinstance(e, sp.log) and _one_plus_exp(e.args[0]) is not None,
+                        lambda e: _SOFTPLUS(_one_plus_exp(e.args[0])))
+    return expr.replace(
+        lambda e: e.is_Pow and e.exp.is_Integer and e.exp < 0 and _one_plus_exp(e.base) is not None,
+        lambda e: _LOGISTIC(-_one_plus_exp(e.base)) ** (-e.exp))
+
+
+@lru_cache(maxsize=1)
+def _numpy_namespace() -> dict[str, Any]:
+    from scipy.special import expit
+
+    return {"_logistic": expit, "_softplus": lambda v: np.logaddexp(v, 0.0)}
 @lru_cache(maxsize=1)
 def _torch_namespace() -> dict[str, Any]:
     import torch
@@ -266,9 +364,16 @@ def _torch_namespace() -> dict[str, Any]:
              "greater": torch.gt, "greater_equal": torch.ge, "less": torch.lt, "less_equal": torch.le,
              "equal": torch.eq}
     ns = {k: tensor_args(v) for k, v in unary.items()}
+    ns["_logistic"] = tensor_args(torch.sigmoid)
+    ns["_softplus"] = tensor_args(lambda v: torch.logaddexp(v, torch.zeros_like(v)))
     ns.update({"select": select, "reduce": maximum_reduce, "maximum": maximum, "minimum": minimum,
                "heaviside": heaviside, "pi": math.pi, "e": math.e})
     return ns
+
+
+def _rational(x: float) -> sp.Rational:
+    """The rational number a float was written as (``0.3 → 3/10``); never a guessed surd like ``sqrt(2)``."""
+    return sp.nsimplify(x, rational=True)
 
 
 def _check_degree(k: Any) -> int:

@@ -64,6 +64,7 @@ class TrainingConfig:
     t_min: float = 0.1            # first measurement time after 0
     checkpoint_every: int = 2000
     threads: int = 0              # 0 → torch default
+    compile: bool = True          # torch.compile the SGD step and measurement kernel (eager fallback)
 
 
 @dataclass

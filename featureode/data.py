@@ -76,6 +76,9 @@ class Spectrum:
                      for v in vals]
         except (sp.SympifyError, TypeError) as exc:
             raise DataError(f"cannot read eigenvalues {vals!r}: {exc}") from None
+        bad = [(i, v) for i, (v, e) in enumerate(zip(vals, exact)) if not (e.is_number and e.is_real)]
+        if bad:
+            raise DataError(f"eigenvalues must be real numbers; bad entries (index, value): {bad}")
         floats = np.array([float(v) for v in exact])
         order = np.argsort(-floats, kind="stable")
         all_exact = all(v.is_Rational for v in exact)
@@ -88,9 +91,13 @@ class Spectrum:
         c = np.asarray(cov, dtype=float)
         if c.ndim != 2 or c.shape[0] != c.shape[1]:
             raise DataError(f"covariance must be a square matrix, got shape {c.shape}")
-        asym = float(np.max(np.abs(c - c.T))) if c.size else 0.0
-        if asym > atol * max(1.0, float(np.max(np.abs(c)))):
-            raise DataError(f"covariance is not symmetric (max |Σ - Σᵀ| = {asym:.3g})")
+        if c.size == 0 or not np.all(np.isfinite(c)):
+            raise DataError(f"covariance must be a non-empty matrix of finite numbers, got {c.tolist()}")
+        asym = np.abs(c - c.T)
+        if asym.max() > atol * max(1.0, float(np.max(np.abs(c)))):
+            i, j = np.unravel_index(np.argmax(asym), asym.shape)
+            raise DataError(f"covariance is not symmetric: Σ[{i},{j}] = {c[i, j]:.6g} but Σ[{j},{i}] = {c[j, i]:.6g} "
+                            f"(max |Σ - Σᵀ| = {asym.max():.3g})")
         w, v = np.linalg.eigh((c + c.T) / 2)
         if np.min(w) <= 0:
             raise DataError(f"covariance is not positive definite (smallest eigenvalue {np.min(w):.3g}); "

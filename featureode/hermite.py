@@ -269,8 +269,10 @@ def polynomial_to_hermite(poly: sp.Expr, zs: "list[sp.Symbol]") -> dict[Mode, sp
             terms = new
         for mode, c in terms.items():
             out[mode] = out.get(mode, 0) + c
-    simplified = {m: sp.simplify(c) for m, c in out.items()}
-    return {m: c for m, c in simplified.items() if c != 0}
+    # expand suffices: products of sqrt(integer) are canonical in SymPy, so an exactly cancelling sum expands to 0
+    # (simplify would cost seconds per coefficient on the nested surds of an exact power-law spectrum)
+    expanded = {m: sp.expand(c) for m, c in out.items()}
+    return {m: c for m, c in expanded.items() if c != 0}
 
 
 def hermite_to_polynomial(coeffs: Mapping[Mode, Any], zs: "list[sp.Symbol]") -> sp.Expr:

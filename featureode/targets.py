@@ -13,6 +13,7 @@ reported separately (``constant``) and is not a mode of the normalised target.
 """
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -31,6 +32,7 @@ class TargetError(ValueError):
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
                     r"|(?P<op>\*\*|[-+*/^(),]))")
 _FUNCS = {"staircase", "sqrt", "pi"}
+_ROUNDOFF = 1e-12  # relative size below which a coefficient from a floating-point rotation is round-off
 
 
 def _zsyms(d: int) -> list[sp.Symbol]:
@@ -39,9 +41,25 @@ def _zsyms(d: int) -> list[sp.Symbol]:
 
 def staircase_expr(k: int, zs: list[sp.Symbol]) -> sp.Expr:
     """``staircase(k) = (1/sqrt(k)) Σ_{j=1..k} z_0 ⋯ z_{j-1}`` (unit variance)."""
+    if not (isinstance(k, (int, sp.Integer)) and not isinstance(k, bool)):
+        raise TargetError(f"staircase(k) needs an integer k, got {k}")
+    k = int(k)
     if k < 1 or k > len(zs):
         raise TargetError(f"staircase({k}) needs 1 ≤ k ≤ d = {len(zs)}")
     return sum((sp.Mul(*zs[:j]) for j in range(1, k + 1)), sp.Integer(0)) / sp.sqrt(k)
+
+
+def _check_syntax(text: str) -> str:
+    """``text`` with ``^`` as ``**``, after checking that it is a well-formed expression (else say where)."""
+    py = text.replace("^", "**")
+    try:
+        ast.parse(py, mode="eval")
+    except SyntaxError as exc:
+        at = (exc.offset or 1) - 1
+        at -= text[:at].count("^")  # position in the original text (each ^ became two characters)
+        raise TargetError(f"cannot parse target {text!r}: {exc.msg} at position {at} "
+                          f"({text[:at]!r} ⟨here⟩ {text[at:]!r})") from None
+    return py
 
 
 def _check_tokens(text: str, d: int) -> None:
@@ -127,8 +145,9 @@ class Target:
             if var == 0:
                 raise TargetError(f"target {text!r} has no non-constant part, so it cannot be normalised to unit "
                                   "variance; use normalize=False")
-            norm = sp.sqrt(sp.nsimplify(var) if var.is_Rational else var)
-            items = [(m, sp.radsimp(c / norm) if norm.is_algebraic else c / norm) for m, c in items]
+            norm = sp.sqrt(var)
+            # rationalise denominators only for sqrt(rational) norms: radsimp of nested surds is very slow
+            items = [(m, sp.radsimp(c / norm) if var.is_Rational else c / norm) for m, c in items]
         elif const != 0:
             items = [(Mode(), const)] + items
         return cls(text, dim, tuple(m for m, _ in items), tuple(c for _, c in items), const, normalize)
@@ -155,25 +174,38 @@ def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) 
         raise TargetError(f"target {text!r} uses x-coordinates, which need the covariance spectrum, not only d")
 
     def _h(n: int) -> Any:
-        def h(arg: Any) -> sp.Expr:
-            if arg not in zs:
-                raise TargetError(f"target {text!r}: h{n}(...) takes a single whitened coordinate z<i>, got {arg}")
-            return hermite_expr(n).subs(sp.Symbol("z", real=True), arg)
+        def h(*args: Any) -> sp.Expr:
+            if len(args) != 1 or args[0] not in zs:
+                raise TargetError(f"target {text!r}: h{n}(...) takes a single whitened coordinate z<i>, "
+                                  f"got h{n}({', '.join(map(str, args))})")
+            return hermite_expr(n).subs(sp.Symbol("z", real=True), args[0])
         return h
+
+    def _staircase(*args: Any) -> sp.Expr:
+        if len(args) != 1:
+            raise TargetError(f"target {text!r}: staircase(k) takes one integer, got {len(args)} arguments")
+        return staircase_expr(args[0], zs)
 
     for m in set(re.findall(r"\bh(\d+)\b", text)):
         ns[f"h{m}"] = _h(int(m))
-    ns["staircase"] = lambda k: staircase_expr(int(k), zs)
+    ns["staircase"] = _staircase
     ns["sqrt"], ns["pi"] = sp.sqrt, sp.pi
+    py = _check_syntax(text)
     try:
-        expr = sp.sympify(text.replace("^", "**"), locals=ns, rational=True)
+        expr = sp.sympify(py, locals=ns, rational=True)
     except TargetError:
         raise
     except (sp.SympifyError, SyntaxError, TypeError, ValueError) as exc:
         raise TargetError(f"cannot parse target {text!r}: {exc}") from None
+    if not isinstance(expr, sp.Expr):
+        raise TargetError(f"target {text!r} is not a single expression (got {type(expr).__name__} {expr})")
     expr = sp.expand(expr)
     if not expr.is_polynomial(*zs):
         raise TargetError(f"target {text!r} is not a polynomial in the coordinates; only polynomial targets "
                           "have a finite Hermite expansion")
     coeffs = polynomial_to_hermite(expr, zs)
+    if isinstance(spectrum, Spectrum) and spectrum.rotation is not None:
+        # the rotation is floating point: drop round-off modes (e.g. the cross terms of |x|² = Σ g_i z_i²)
+        top = max((abs(float(c)) for c in coeffs.values()), default=0.0)
+        coeffs = {m: c for m, c in coeffs.items() if abs(float(c)) > _ROUNDOFF * top}
     return Target._build(text, d, coeffs, normalize)

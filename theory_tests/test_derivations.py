@@ -1,0 +1,57 @@
+"""The derivation script runs, its SymPy checks pass, its formulas are the package's, and the LaTeX compiles."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sympy as sp
+
+from featureode.activations import ACTIVATIONS
+
+SCRIPT = Path(__file__).resolve().parents[1] / "derivations" / "activation_coefficients.py"
+
+
+@pytest.fixture(scope="module")
+def derivation(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("derivation") / "activation_coefficients.tex"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--max-order", "4"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stdout
+
+
+def test_script_prints_steps_and_checks(derivation: tuple[Path, str]) -> None:
+    _, stdout = derivation
+    assert "Gaussian integration by parts" in stdout and "ReLU" in stdout and "erf" in stdout
+    assert "[checked] m_0 equals the direct integral" in stdout
+    assert "[checked] m_4 general form" in stdout
+    assert "SymPy checks passed" in stdout
+
+
+def test_latex_uses_the_package_expressions(derivation: tuple[Path, str]) -> None:
+    out, _ = derivation
+    tex = out.read_text(encoding="utf-8")
+    assert tex.startswith("\\documentclass") and tex.rstrip().endswith("\\end{document}")
+    for name in ("relu", "erf"):
+        act = ACTIVATIONS[name]
+        for k in range(5):
+            assert sp.latex(act.mean_expr(k)) in tex, (name, k)
+            assert sp.latex(act.hermite_expr(k)) in tex, (name, k)
+
+
+def test_bad_order_is_refused(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.tex"), "--max-order", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--max-order must be ≥ 2, got 1" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed")
+def test_latex_compiles(derivation: tuple[Path, str]) -> None:
+    out, _ = derivation
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", out.name], cwd=out.parent,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert out.with_suffix(".pdf").stat().st_size > 10_000

@@ -1,0 +1,317 @@
+"""Kernel theory at initialization (issue 3), each quantity against an independent oracle.
+
+Oracles: the empirical NTK of a finite-width torch network at init (autograd, Monte Carlo over x, repeats for error
+bars); the closed-form arc-cosine kernels Taylor-expanded by mpmath; Monte Carlo over init neurons with hand-written
+ReLU derivative means; scipy quadrature over the exact Gamma law of |ŵ|² for isotropic data; the DESIGN values.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import integrate, special, stats
+
+from featureode.activations import ActivationError, get_activation
+from featureode.config import config_from_dict
+from featureode.data import Spectrum
+from featureode.hermite import Mode
+from featureode.kernel import (KernelError, closure_constants, compare_exact_hea, exact_eigenvalues,
+                               exact_vs_hea_figure, extended_basis, gram_matrix, hea_eigenvalues, kernel_report,
+                               kernel_theory, level_coefficient_exprs, level_coefficients)
+
+torch.set_num_threads(1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# oracle 1: empirical NTK of a finite-width network
+# ----------------------------------------------------------------------------------------------------------------
+def _lhs_normal(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
+    """Latin-hypercube N(0, I_d) samples (unbiased for every expectation; removes main-effect noise)."""
+    u = (np.argsort(rng.random((n, d)), axis=0) + rng.random((n, d))) / n
+    return special.ndtri(u)
+
+
+def empirical_rayleigh(activation: str, modes: list[Mode], g: np.ndarray, bias_std: float, width: int,
+                       n_base: int, rng: np.random.Generator, gamma: float = 0.5) -> np.ndarray:
+    """``λ_β = γ² N |∇_θ E_x[h_β f]|²`` of one freshly initialised network ``f = (1/(γN)) Σ a σ(w·x + b)``.
+
+    Unbiased: the squared norm is the inner product of the gradients estimated on two independent halves of x.
+    Each half is ``n_base`` Latin-hypercube samples, each with all sign flips of the modes' support coordinates
+    (each flipped copy has the law of x, so the estimate of ``E_x`` stays unbiased; pairing them cancels the parts
+    of f of the wrong parity, a large variance reduction).
+    """
+    sig = get_activation(activation).torch()
+    d, dt = len(g), torch.float32
+    gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    a = torch.randn(width, generator=gen, dtype=dt).requires_grad_()
+    w = torch.randn(width, d, generator=gen, dtype=dt).requires_grad_()
+    b = (bias_std * torch.randn(width, generator=gen, dtype=dt)).requires_grad_()
+    support = sorted({i for m in modes for i in m.support})
+    flips = np.ones((2 ** len(support), d))
+    flips[:, support] = list(itertools.product((1.0, -1.0), repeat=len(support)))
+    scale = torch.tensor(np.sqrt(g), dtype=dt)
+    halves = []
+    for _ in range(2):
+        z = torch.tensor((_lhs_normal(n_base, d, rng)[None] * flips[:, None, :]).reshape(-1, d), dtype=dt)
+        f = sig(z * scale @ w.T + b) @ a / (gamma * width)
+        proj = torch.stack([m.evaluate(z) for m in modes]) @ f / z.shape[0]
+        grads = []
+        for i in range(len(modes)):
+            gr = torch.autograd.grad(proj[i], (a, w, b), retain_graph=i < len(modes) - 1)
+            grads.append(torch.cat([t.reshape(-1) for t in gr]).double())
+        halves.append(grads)
+    return np.array([gamma**2 * width * float(halves[0][i] @ halves[1][i]) for i in range(len(modes))])
+
+
+def _check_against_network(activation: str, texts: list[str], width: int, n_base: int, repeats: int,
+                           seed: int) -> None:
+    modes = [Mode.parse(t) for t in texts]
+    g = Spectrum.power_law(16).g
+    rng = np.random.default_rng(seed)
+    reps = np.array([empirical_rayleigh(activation, modes, g, 0.5, width, n_base, rng) for _ in range(repeats)])
+    mean, se = reps.mean(0), reps.std(0, ddof=1) / math.sqrt(repeats)
+    exact, stderr = exact_eigenvalues(modes, g, activation, 0.5)
+    assert np.all(stderr == 0)
+    for t, m, s, e in zip(texts, mean, se, exact):
+        assert abs(m - e) <= 3 * s + 0.02 * e, f"{activation} {t}: network {m:.5g} ± {s:.2g}, theory {e:.5g}"
+
+
+def test_exact_eigenvalues_match_finite_width_network_fast():
+    """z0, h2(z0) and the staircase(2) modes at d = 16 against a width-4096 ReLU network at init."""
+    _check_against_network("relu", ["z0", "h2(z0)", "z0*z1"], width=4096, n_base=1024, repeats=6, seed=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_exact_eigenvalues_match_finite_width_network_slow(activation):
+    """The target suite (z0, h2(z0), z0*z1, staircase(3) modes) at d = 16, width 8192, tighter error bars."""
+    _check_against_network(activation, ["z0", "h2(z0)", "z0*z1", "z0*z1*z2"], width=8192, n_base=2048,
+                           repeats=10, seed=2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# oracle 2: Monte Carlo over neurons, scipy quadrature over the Gamma law of |ŵ|²
+# ----------------------------------------------------------------------------------------------------------------
+def _relu_mean(k: int, b, s):
+    """ReLU derivative means by hand: m_0 = bΦ + sφ, m_1 = Φ, m_2 = φ/s, m_3 = −(b/s) φ/s² (t = b/s); works on
+    floats and arrays."""
+    t = b / s
+    pdf = np.exp(-t * t / 2) / math.sqrt(2 * math.pi)
+    cdf = special.ndtr(t)
+    return (b * cdf + s * pdf, cdf, pdf / s, -t * pdf / s**2)[k]
+
+
+def test_closure_constants_against_monte_carlo_over_neurons():
+    """c_l = E_k[a² m_l(b, |ŵ|)²]: a, w, b sampled, hand-written ReLU means; within 4 standard errors."""
+    spectrum = Spectrum.power_law(16)
+    c = closure_constants("relu", spectrum, 0.5, 3)
+    rng = np.random.default_rng(3)
+    n = 400_000
+    a = rng.standard_normal(n)
+    s = np.sqrt(np.sum(rng.standard_normal((n, 16)) ** 2 * spectrum.g, axis=1))
+    b = 0.5 * rng.standard_normal(n)
+    for level in range(4):
+        vals = a**2 * _relu_mean(level, b, s) ** 2
+        mc, se = vals.mean(), vals.std(ddof=1) / math.sqrt(n)
+        assert abs(c[level] - mc) <= 4 * se, (level, c[level], mc, se)
+
+
+@pytest.mark.parametrize("activation,dim,iso,n", [("relu", 4, False, 200_000), ("tanh", 8, False, 20_000),
+                                                  ("relu", 128, True, 200_000), ("step", 8, False, 200_000)])
+def test_quadrature_matches_monte_carlo_over_neurons(activation, dim, iso, n):
+    """The deterministic average over (ŵ, b) agrees with Monte Carlo over neurons of the same per-neuron projections
+    (small d: singular |ŵ| → 0 region; isotropic d = 128: the concentrated law of |ŵ|²; step: classical order 0)."""
+    spectrum = Spectrum.power_law(dim, 0.0, 1.0) if iso else Spectrum.power_law(dim)
+    modes = ["1", "z0", "h2(z0)", "z0*z1", "z0*z1*z2", "h3(z1)"] if dim >= 3 else ["1", "z0", "z0*z1"]
+    exact, _ = exact_eigenvalues(modes, spectrum, activation, 0.5)
+    mc, se = exact_eigenvalues(modes, spectrum, activation, 0.5, method="montecarlo", n_neurons=n, seed=4)
+    assert np.all(se > 0)
+    assert np.all(np.abs(exact - mc) <= 4.5 * se), (exact, mc, se)
+
+
+@pytest.mark.parametrize("dim", [6, 200])
+def test_closure_constants_isotropic_against_gamma_law(dim):
+    """Isotropic g_i = 1/d: |ŵ|² ~ Gamma(d/2, scale 2/d) exactly; scipy double quadrature over (|ŵ|², b).
+    d = 6 exercises the density (Talbot) method, d = 200 the Gauss-rule fallback."""
+    c = closure_constants("relu", Spectrum.power_law(dim, 0.0, 1.0), 0.5, 2)
+    law = stats.gamma(dim / 2, scale=2 / dim)
+    for level in range(3):
+        def inner(q: float) -> float:
+            s = math.sqrt(q)
+            return integrate.quad(lambda b: _relu_mean(level, b, s) ** 2 * math.exp(-2 * b * b) / (0.5 * math.sqrt(
+                2 * math.pi)), -8, 8, points=[0.0], epsabs=1e-12, epsrel=1e-10)[0]
+
+        ref = integrate.quad(lambda q: inner(q) * law.pdf(q), 0, law.ppf(1 - 1e-15), limit=200, epsabs=1e-12,
+                             epsrel=1e-10)[0]
+        assert c[level] == pytest.approx(ref, rel=1e-7)
+
+
+def test_quadrature_converged():
+    """Halving the grid step changes eigenvalues and Gram entries by < 1e-9 (relu and a quadrature activation)."""
+    spectrum = Spectrum.power_law(16)
+    for act, modes in (("relu", ["1", "z0", "h2(z0)", "z0*z1", "z0*z1*z2", "z0*h2(z1)", "h3(z0)"]),
+                       ("tanh", ["1", "z0", "z0*z1"])):
+        coarse = gram_matrix(modes, spectrum, act, 0.5)
+        fine = gram_matrix(modes, spectrum, act, 0.5, step=0.05)
+        assert np.max(np.abs(coarse - fine)) <= 1e-9 * np.max(np.abs(fine))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Gram matrices
+# ----------------------------------------------------------------------------------------------------------------
+_MODE = st.dictionaries(st.integers(0, 5), st.integers(1, 3), max_size=3).filter(
+    lambda m: sum(m.values()) <= 4).map(Mode.from_dict)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_MODE, min_size=2, max_size=8, unique=True), st.sampled_from(["relu", "erf", "gelu"]))
+def test_gram_symmetric_psd_on_random_mode_lists(modes, activation):
+    """K and each part (readout, weights, bias) are symmetric PSD; K = 0 between modes of different parity."""
+    parts = gram_matrix(modes, Spectrum.power_law(6), activation, 0.3, parts=True)
+    assert np.allclose(parts["total"], parts["readout"] + parts["weights"] + parts["bias"], rtol=0, atol=0)
+    for name in ("readout", "weights", "bias", "total"):
+        k = parts[name]
+        assert np.array_equal(k, k.T)
+        assert np.linalg.eigvalsh(k).min() >= -1e-10 * max(1.0, np.abs(k).max()), name
+    for i, a in enumerate(modes):
+        for j, b in enumerate(modes):
+            if any((a.order(d) + b.order(d)) % 2 for d in range(6)):
+                assert parts["total"][i, j] == 0.0
+
+
+def test_gram_diagonal_is_exact_eigenvalue_and_staircase_gram_is_diagonal():
+    spectrum = Spectrum.power_law(16)
+    modes = ["z0", "z0*z1", "z0*z1*z2"]
+    k = gram_matrix(modes, spectrum, "relu", 0.5)
+    assert np.allclose(np.diag(k), exact_eigenvalues(modes, spectrum, "relu", 0.5)[0], rtol=1e-13)
+    assert np.count_nonzero(k - np.diag(np.diag(k))) == 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# HEA
+# ----------------------------------------------------------------------------------------------------------------
+def _arccos_theta(rho: mpmath.mpf, bias_std: float) -> mpmath.mpf:
+    """NTK on the unit sphere from the closed-form arc-cosine kernels: (u, u') Gaussian with variances 1 + σ_b²
+    and covariance ρ + σ_b²; Θ = k_1 + k_0 (ρ + 1), k_1 = v (sin θ + (π − θ) cos θ)/(2π), k_0 = (π − θ)/(2π)."""
+    v = 1 + mpmath.mpf(bias_std) ** 2
+    th = mpmath.acos((rho + mpmath.mpf(bias_std) ** 2) / v)
+    k1 = v * (mpmath.sin(th) + (mpmath.pi - th) * mpmath.cos(th)) / (2 * mpmath.pi)
+    k0 = (mpmath.pi - th) / (2 * mpmath.pi)
+    return k1 + k0 * (rho + 1)
+
+
+def test_relu_level_coefficients_against_arccos_taylor_expansion():
+    lam = level_coefficients("relu", 0.5, 6)
+    with mpmath.workdps(40):
+        taylor = mpmath.taylor(lambda r: _arccos_theta(r, 0.5), 0, 6)
+    ref = [float(c * mpmath.factorial(n)) for n, c in enumerate(taylor)]
+    assert lam == pytest.approx(ref, rel=1e-10, abs=1e-13)
+    assert lam[1:4] == pytest.approx([0.694, 0.412, 0.184], abs=5e-4)     # DESIGN §4
+
+
+def test_level_coefficient_closed_forms():
+    relu = level_coefficient_exprs("relu", 0.5, 5)
+    assert relu[0] is None                                                # b²Φ² terms: no closed form attempted
+    assert [float(e) for e in relu[1:]] == pytest.approx(list(level_coefficients("relu", 0.5, 5)[1:]), rel=1e-12)
+    erf = level_coefficient_exprs("erf", 0.5, 4)
+    assert [float(e) for e in erf] == pytest.approx(list(level_coefficients("erf", 0.5, 4)), rel=1e-12)
+    sb = __import__("sympy").Symbol("sigma_b", positive=True)
+    assert level_coefficient_exprs("relu", sb, 2)[2].has(sb)
+
+
+def test_hea_approaches_exact_as_dimension_grows():
+    """Isotropic data: |x|² concentrates, so HEA/exact → 1 at levels 1–3 (monotonically over d = 8, 32, 128)."""
+    modes = ["z0", "z0*z1", "z0*z1*z2"]
+    dev = []
+    for d in (8, 32, 128):
+        rows = compare_exact_hea(modes, Spectrum.power_law(d, 0.0, 1.0), "relu", 0.5)
+        dev.append([abs(r["hea_over_exact"] - 1) for r in rows])
+    dev = np.array(dev)
+    assert np.all(np.diff(dev, axis=0) < 0)
+    assert np.all(dev[-1] < [0.002, 0.02, 0.06])
+
+
+def test_hea_eigenvalues_formula():
+    spectrum = Spectrum.power_law(8)
+    lam = np.array([0.5, 0.7, 0.4])
+    got = hea_eigenvalues(["1", "z3", "h2(z1)", "z0*z2"], spectrum, lam)
+    g = spectrum.g
+    assert got == pytest.approx([0.5, 0.7 * g[3], 0.4 * g[1] ** 2, 0.4 * g[0] * g[2]], rel=1e-15)
+    with pytest.raises(KernelError, match="Λ_3"):
+        hea_eigenvalues(["z0*z1*z2"], spectrum, lam)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# extended basis, config level, CLI report, figure
+# ----------------------------------------------------------------------------------------------------------------
+def test_extended_basis_parity_budget_and_order():
+    g = Spectrum.power_law(8).g
+    targets = [Mode.parse("z0"), Mode.parse("z0*z1")]
+    basis = extended_basis(targets, 8, 2, 12, g=g)
+    assert basis[:2] == targets and len(basis) == 12 and len(set(basis)) == 12
+    for m in basis:
+        assert any(all((m.order(i) - t.order(i)) % 2 == 0 for i in range(8)) and m.degree <= t.degree + 2
+                   for t in targets)
+    assert basis[2] in (Mode.parse("h3(z0)"), Mode.parse("h3(z0)*z1"))   # strongest coupling: along g_0
+    assert Mode() in extended_basis([Mode.parse("h2(z0)")], 8, 0, 3, g=g)  # constant couples to h2(z0)
+    k = gram_matrix(basis, g, "relu", 0.5)
+    assert np.all(np.abs(k[0, 2:]) + np.abs(k[1, 2:]) > 0)               # every extra mode couples to a target
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(KernelError, match=r"candidate modes.*estimated.*s"):
+        extended_basis([Mode.parse("z0*z1*z2")], 128, 8, 40)
+    with pytest.raises(KernelError, match="estimated"):
+        gram_matrix([Mode.parse(f"z{i}") for i in range(400)], np.full(400, 1 / 400), "relu", 0.5)
+    with pytest.raises(ActivationError, match=r"'step'.*order 1"):
+        closure_constants("step", Spectrum.power_law(2), 0.0, 1)          # E[m_1²] = φ(0)² E[1/|ŵ|²] = ∞ at d = 2
+    with pytest.raises(ActivationError, match=r"'step'.*order 3"):
+        exact_eigenvalues(["z0"], [1.0], "step", 0.0)                     # d = 1: E[ŵ_0² P m_3(0, |ŵ|)²] = ∞
+    with pytest.raises(KernelError, match="MAX_ORDER|supported order"):
+        exact_eigenvalues(["h25(z0)"], Spectrum.power_law(4), "erf", 0.5)
+
+
+def _config(**over):
+    raw = {"data": {"dim": 16}, "target": {"expr": "staircase(3)"}, "network": {"activation": "relu"}}
+    for sec, vals in over.items():
+        raw.setdefault(sec, {}).update(vals)
+    return config_from_dict(raw)
+
+
+def test_kernel_report_contract_staircase3():
+    rep = json.loads(json.dumps(kernel_report(_config())))
+    assert {"modes", "exact", "exact_stderr", "hea", "c", "level_coefficients"} <= set(rep)
+    assert rep["modes"] == ["z0", "z0*z1", "z0*z1*z2"]
+    assert rep["exact_stderr"] == [0.0, 0.0, 0.0]
+    assert max(e / x for e, x in zip(rep["exact_quadrature_error"], rep["exact"])) < 1e-9
+    g = Spectrum.power_law(16).g
+    assert rep["exact"] == pytest.approx(list(exact_eigenvalues(rep["modes"], g, "relu", 0.5)[0]), rel=1e-14)
+    assert rep["hea"] == pytest.approx([rep["level_coefficients"][m.degree] * m.g_power(g)
+                                        for m in map(Mode.parse, rep["modes"])], rel=1e-14)
+    assert len(rep["c"]) == len(rep["level_coefficients"]) == 4
+    assert rep["kappa"] == pytest.approx(0.25 * rep["c"][1] / rep["level_coefficients"][1] ** 2)
+
+
+def test_kernel_theory_target_and_extended():
+    kt = kernel_theory(_config(ode={"basis": "extended", "extended_max_modes": 10}))
+    assert len(kt.modes) == 10 and kt.gram is not None and kt.gram.shape == (10, 10)
+    assert kt.target[:3] == pytest.approx([1 / math.sqrt(3)] * 3) and np.all(kt.target[3:] == 0)
+    assert np.array_equal(kt.lambda_exact, np.diag(kt.gram))
+    assert set(kt.gram_parts) == {"readout", "weights", "bias", "total"}
+    plain = kernel_theory(_config(), basis="target")
+    assert plain.gram is None and plain.lambda_exact == pytest.approx(kt.lambda_exact[:3], rel=1e-14)
+    assert plain.kappa == pytest.approx(0.25 * plain.c[1] / plain.level_coefficients[1] ** 2)
+
+
+def test_exact_vs_hea_figure(tmp_path):
+    out = tmp_path / "fig.png"
+    data = exact_vs_hea_figure(out, dims=(8, 32), max_level=2)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(data["panels"]["isotropic"]) == {"z0", "z0*z1", "h2(z0)"}

@@ -1,0 +1,143 @@
+"""Feature ODE solving: analytic and hand-written references, every closure on every target, events, blow-up,
+the ``solve_config`` output schema and the custom-closure example."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+from _ode_theories import TARGETS, extended_theory, make_theory, theory_from_modes
+from featureode import kernel
+from featureode.config import config_from_dict
+from featureode.solve import NonFiniteStateError, SolveError, solve_config, solve_variant
+from featureode.variants import Variant
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("eigenvalues", ["exact", "hea"])
+def test_lazy_closure_matches_analytic_solution(eigenvalues):
+    theory = make_theory("staircase(3)")
+    sol = solve_variant(theory, "lazy", 2e3, eigenvalues)
+    lam = theory.lambda0(eigenvalues)
+    expected = theory.target * (1 - np.exp(-np.outer(sol.t, lam)))
+    np.testing.assert_allclose(sol.f, expected, atol=1e-6)
+    np.testing.assert_allclose(sol.lam, np.broadcast_to(lam, sol.lam.shape), rtol=1e-12)
+    loss = np.sum(theory.target**2 * np.exp(-2 * np.outer(sol.t, lam)), axis=1) / np.sum(theory.target**2)
+    np.testing.assert_allclose(sol.loss, loss, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode, order", [("z0", 1), ("h2(z0)", 2)])
+def test_one_mode_agop_matches_hand_written_ode(mode, order):
+    """``df/dt = λ(0) (1 + κ β_0 f²/g_0)^{β_0} (v − f)``, integrated independently by scipy."""
+    theory = theory_from_modes({mode: 0.9}, dim=4)
+    lam0, g0, v, kappa = theory.lambda_exact[0], theory.g[0], 0.9, 2.0
+    sol = solve_variant(theory, Variant("agop", kappa=kappa), 500.0, method="Radau", rtol=1e-10, atol=1e-12)
+
+    def hand(t, y):
+        return [lam0 * (1 + kappa * order * y[0] ** 2 / g0) ** order * (v - y[0])]
+
+    ref = solve_ivp(hand, (0, 500.0), [0.0], t_eval=sol.t, method="Radau", rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(sol.f[:, 0], ref.y[0], atol=1e-7)
+    np.testing.assert_allclose(sol.r[:, 0], 1 + kappa * order * sol.f[:, 0] ** 2 / g0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_closure_reaches_t_max_with_finite_values(target):
+    theory = make_theory(target)
+    for variant in (Variant("lazy"), Variant("agop"), Variant("displacement"), Variant("displacement", scale=True)):
+        sol = solve_variant(theory, variant, 1e4)
+        assert sol.t[-1] == pytest.approx(1e4) and sol.t.size == 200
+        for arr in (sol.f, sol.D, sol.lam, sol.r, sol.s, sol.loss):
+            assert np.all(np.isfinite(arr))
+        assert sol.loss[0] == 1.0 and sol.loss[-1] < sol.loss[0]
+
+
+def test_extended_basis_reaches_t_max_and_couples_modes():
+    theory = extended_theory("staircase(2)", 6)
+    for closure in ("lazy", "agop", "displacement"):
+        sol = solve_variant(theory, closure, 1e4, basis="extended")
+        assert sol.t[-1] == pytest.approx(1e4) and np.all(np.isfinite(sol.f))
+        assert np.max(np.abs(sol.f[:, theory.target == 0])) > 1e-4    # extra modes are driven by the coupling
+    cut = solve_variant(theory, Variant("lazy", ablate=["mode_coupling"]), 1e4, basis="extended")
+    np.testing.assert_array_equal(cut.f[:, theory.target == 0], 0.0)
+
+
+def test_displacement_speeds_up_the_staircase():
+    theory = make_theory("staircase(3)")
+    lazy, disp = (solve_variant(theory, c, 1e4) for c in ("lazy", "displacement"))
+    assert disp.t10 < lazy.t10 and disp.t50 <= lazy.t50
+
+
+def test_t50_t10_are_the_first_crossings():
+    sol = solve_variant(make_theory("staircase(2)"), "displacement", 1e3, n_points=400)
+    for level, t_cross in ((0.5, sol.t50), (0.1, sol.t10)):
+        k = int(np.argmax(sol.loss <= level))
+        assert sol.t[k - 1] < t_cross <= sol.t[k]
+        interp = np.exp(np.interp(np.log(level), np.log(sol.loss[[k, k - 1]]), np.log(sol.t[[k, k - 1]])))
+        assert t_cross == pytest.approx(interp, rel=1e-2)
+    assert solve_variant(make_theory("staircase(3)"), "lazy", 5.0).t10 is None
+
+
+def test_non_finite_state_stops_and_keeps_what_was_computed():
+    """``df/dt = f² + 1`` blows up at t = π/2."""
+    theory = make_theory("staircase(2)")
+    with pytest.raises(NonFiniteStateError, match=r"at t ≈ 1\.570\d* in f_β of mode z0") as err:
+        solve_variant(theory, Variant("lazy", replace={"kernel_flow": "f[b]**2 + 1"}), 10.0)
+    sol = err.value.solution
+    assert sol.t.size > 100 and sol.t[-1] < np.pi / 2 and np.all(np.isfinite(sol.f))
+    np.testing.assert_allclose(sol.f[:, 0], np.tan(sol.t), rtol=1e-5)
+
+
+def test_extended_basis_needs_the_gram_matrix():
+    with pytest.raises(SolveError, match="with_gram=True"):
+        solve_variant(make_theory("z0"), "lazy", 10.0, basis="extended")
+
+
+def _config(tmp_path: Path, **ode):
+    return config_from_dict({"data": {"dim": 8}, "target": {"expr": "staircase(2)"},
+                             "training": {"t_max": 500.0}, "ode": {"n_points": 50, **ode}}, source=str(tmp_path))
+
+
+def test_solve_config_writes_the_design_schema(tmp_path, monkeypatch):
+    theory = make_theory("staircase(2)")
+    monkeypatch.setattr(kernel, "kernel_theory", lambda cfg, basis=None, with_gram=False: theory, raising=False)
+    cfg = _config(tmp_path, variants=["lazy", "agop", "displacement"])
+    result = solve_config(cfg, tmp_path)
+    written = json.loads((tmp_path / "ode.json").read_text())
+    assert written == json.loads(json.dumps(result))
+    assert written["modes"] == ["z0", "z0*z1"] and written["target"] == pytest.approx([2**-0.5] * 2)
+    assert list(written["variants"]) == ["lazy", "agop", "displacement"]
+    for entry in written["variants"].values():
+        assert {"t", "loss", "t50", "t10", "f", "lambda"} <= set(entry)
+        assert len(entry["t"]) == len(entry["loss"]) == 50 and entry["t"][-1] == pytest.approx(500.0)
+        assert np.shape(entry["f"]) == np.shape(entry["lambda"]) == (50, 2)
+        assert entry["t50"] is None or 0 < entry["t50"] < 500.0
+    npz = np.load(tmp_path / "ode.npz")
+    np.testing.assert_allclose(npz["displacement/loss"], written["variants"]["displacement"]["loss"])
+
+
+def test_solve_config_keeps_partial_output_of_a_failing_variant(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel, "kernel_theory", lambda cfg, basis=None, with_gram=False: make_theory("staircase(2)"),
+                        raising=False)
+    cfg = _config(tmp_path, variants=["lazy", "boom"], custom={"boom": {"closure": "lazy",
+                                                                         "replace": {"kernel_flow": "f[b]**2 + 1"}}})
+    with pytest.raises(SolveError, match="boom") as err:
+        solve_config(cfg, tmp_path)
+    written = json.loads((tmp_path / "ode.json").read_text())
+    assert "error" in written["variants"]["boom"] and len(written["variants"]["boom"]["t"]) > 10
+    assert "error" not in written["variants"]["lazy"] and err.value.result["variants"].keys() == {"lazy", "boom"}
+
+
+def test_custom_closure_example_runs(tmp_path):
+    spec = importlib.util.spec_from_file_location("custom_closure", ROOT / "examples" / "custom_closure.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = example.main(theory=make_theory("staircase(2)", 16), out_dir=tmp_path)
+    assert set(out) == {"displacement", "exp_displacement"}
+    assert out["exp_displacement"]["t10"] < out["displacement"]["t10"]
+    assert "exp\\_displacement" in (tmp_path / "custom_closure.tex").read_text()
