@@ -9,11 +9,13 @@ no measurements or NTK refreshes (those are reported by a full ``simulate_config
 * ``plain loop (registry σ)``: the same loop with the activation registry's torch function (the one the simulator
   must use);
 * ``simulator, eager`` / ``simulator, compiled``: ``MeanFieldBatch.step`` with one run;
-* ``8 runs batched`` vs ``8 runs sequential``: 8 runs (seeds) stepped together through batched matmuls against the
-  same 8 runs stepped one after the other, in run-steps per second.
+* 8 runs (seeds) in one simulation, in its CPU layout (run by run, cache-sized sample chunks) and in its GPU layout
+  (all runs in one set of batched matmuls), against the same 8 runs as 8 separate single-run simulations stepped one
+  after the other; in run-steps per second.
 
-Each figure is the median over ``--repeats`` timings of ``--steps`` steps after a warm-up (compilation happens in the
-warm-up and is reported separately). Usage: ``python benchmarks/bench_mlp.py [--threads 2] [--full]``.
+Each figure is the median over ``--repeats`` rounds in which every case takes ``--steps`` steps in turn (round-robin,
+so a busy phase of a shared machine affects all cases alike), after a warm-up that includes compilation (reported
+separately). Usage: ``python benchmarks/bench_mlp.py [--threads 2] [--full]``.
 """
 from __future__ import annotations
 
@@ -29,15 +31,17 @@ from featureode.config import load_config
 from featureode.mlp import RunSpec, _Simulation, simulate_config
 
 
-def timed(fn: Callable[[], object], steps: int, repeats: int) -> float:
-    """Median steps per second of ``fn`` over ``repeats`` timings of ``steps`` calls."""
-    rates = []
+def interleaved(cases: dict[str, tuple[Callable[[], object], int]], calls: int, repeats: int) -> dict[str, float]:
+    """Median run-steps per second of each case ``name: (step function, runs per call)``, timing ``calls`` calls per
+    case in round-robin order for ``repeats`` rounds (so a slow phase of a shared machine hits every case alike)."""
+    rates: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        rates.append(steps / (time.perf_counter() - t0))
-    return statistics.median(rates)
+        for name, (fn, runs) in cases.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            rates[name].append(calls * runs / (time.perf_counter() - t0))
+    return {name: statistics.median(r) for name, r in rates.items()}
 
 
 def plain_loop(cfg, act: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], float]:
@@ -70,14 +74,15 @@ def plain_loop(cfg, act: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[],
     return step
 
 
-def simulator_step(cfg, runs: int) -> Callable[[], None]:
-    """``runs`` seeds of ``cfg`` in one :class:`~featureode.mlp.MeanFieldBatch`; one call = sample + step."""
-    sim = _Simulation([RunSpec.build(cfg.replace(training={"seed": s})) for s in range(runs)], None, False)
-    lr = torch.full((runs,), 0.5, dtype=torch.float64)
+def simulator_step(cfg, runs: int, batched: bool) -> Callable[[], None]:
+    """``runs`` seeds of ``cfg`` in one :class:`~featureode.mlp.MeanFieldBatch` (batched matmuls or run by run);
+    one call = sample + step of every run."""
+    sim = _Simulation([RunSpec.build(cfg.replace(training={"seed": s})) for s in range(runs)], None, False, batched)
+    every = list(range(runs))
 
     def step() -> None:
-        x, y = sim._sample()
-        sim.net.step(x, y, lr).tolist()
+        x, y = sim._sample(every)
+        sim.net.step(x, y, [0.5] * runs, every)
 
     return step
 
@@ -85,7 +90,7 @@ def simulator_step(cfg, runs: int) -> Callable[[], None]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=2048)
@@ -98,46 +103,41 @@ def main() -> None:
     eager, compiled = base.replace(training={"compile": False}), base.replace(training={"compile": True})
     print(f"MLP step throughput: d = {args.dim}, N = {args.width}, B = {args.batch}, relu, float32, "
           f"{args.threads} CPU thread(s), torch {torch.__version__}; median of {args.repeats} × {args.steps} steps")
-    rows: list[tuple[str, float, float]] = []
+    relu = get_activation("relu").torch()
 
-    def bench(name: str, make: Callable[[], Callable[[], object]], runs: int = 1, calls: int = 1) -> float:
+    def sequential() -> Callable[[], None]:
+        sims = [simulator_step(compiled.replace(training={"seed": s}), 1, False) for s in range(8)]
+
+        def step() -> None:
+            for one in sims:
+                one()
+        return step
+
+    makers: dict[str, tuple[Callable[[], Callable[[], object]], int]] = {
+        "plain loop (torch.relu), 1 run": (lambda: plain_loop(base, torch.relu), 1),
+        "plain loop (registry σ), 1 run": (lambda: plain_loop(base, relu), 1),
+        "simulator, eager, 1 run": (lambda: simulator_step(eager, 1, False), 1),
+        "simulator, compiled, 1 run": (lambda: simulator_step(compiled, 1, False), 1),
+        "8 runs in one simulation, run by run": (lambda: simulator_step(compiled, 8, False), 8),
+        "8 runs in one simulation, batched bmm": (lambda: simulator_step(compiled, 8, True), 8),
+        "8 runs as 8 separate simulations": (sequential, 8)}
+    cases: dict[str, tuple[Callable[[], object], int]] = {}
+    for name, (make, runs) in makers.items():
         t0 = time.perf_counter()
         fn = make()
         fn()
         fn()
-        warm = time.perf_counter() - t0
-        rate = timed(fn, max(1, args.steps // calls), args.repeats) * runs
-        rows.append((name, rate, warm))
-        print(f"  {name:<40} {rate:8.1f} run-steps/s   (set-up + warm-up {warm:5.1f} s)", flush=True)
-        return rate
-
-    relu = get_activation("relu").torch()
-    plain = bench("plain loop (torch.relu), 1 run", lambda: plain_loop(base, torch.relu))
-    bench("plain loop (registry σ), 1 run", lambda: plain_loop(base, relu))
-    bench("simulator, eager, 1 run", lambda: simulator_step(eager, 1))
-    single = bench("simulator, compiled, 1 run", lambda: simulator_step(compiled, 1))
-    batched = bench("simulator, compiled, 8 runs batched", lambda: simulator_step(compiled, 8), runs=8, calls=8)
-    steps8 = [simulator_step(compiled, 1) for _ in range(8)]
-
-    def sequential() -> Callable[[], None]:
-        def step() -> None:
-            for s in steps8:
-                s()
-        return step
-
-    seq = bench("simulator, compiled, 8 runs sequential", sequential, runs=8, calls=8)
-    e_batched = bench("simulator, eager, 8 runs batched", lambda: simulator_step(eager, 8), runs=8, calls=8)
-    e_steps8 = [simulator_step(eager, 1) for _ in range(8)]
-
-    def e_sequential() -> Callable[[], None]:
-        def step() -> None:
-            for s in e_steps8:
-                s()
-        return step
-
-    e_seq = bench("simulator, eager, 8 runs sequential", e_sequential, runs=8, calls=8)
+        cases[name] = (fn, runs)
+        print(f"  set-up + 2 warm-up steps of {name!r}: {time.perf_counter() - t0:.1f} s (includes compilation)")
+    rates = interleaved(cases, args.steps, args.repeats)
+    for name, rate in rates.items():
+        print(f"  {name:<40} {rate:8.1f} run-steps/s")
+    plain, single = rates["plain loop (torch.relu), 1 run"], rates["simulator, compiled, 1 run"]
+    seq = rates["8 runs as 8 separate simulations"]
     print(f"simulator (compiled) / plain loop (torch.relu): {single / plain:.2f}×")
-    print(f"8 runs batched / sequential: compiled {batched / seq:.2f}×, eager {e_batched / e_seq:.2f}×")
+    print(f"8 runs in one simulation / 8 separate simulations: run by run "
+          f"{rates['8 runs in one simulation, run by run'] / seq:.2f}×, batched bmm "
+          f"{rates['8 runs in one simulation, batched bmm'] / seq:.2f}×")
     if args.full:
         cfg = load_config().replace(training={"threads": args.threads, "device": "cpu"})
         t0 = time.perf_counter()

@@ -15,7 +15,8 @@ A warm-up run on 10 modes (not recorded) comes first, so that one-time start-up 
 SymPy's caches) are not charged to the first size.
 
 RHS time: median over repeated evaluations at a random state. Goals (issue 4): at 1000 modes the compiled RHS is
-≥ 20× faster than naive; compile time at 10000 modes is within 3× of compile time at 10 modes.
+≥ 20× faster than naive; compile time at 10000 modes is within 3× of compile time at 10 modes. The full run takes
+about 12 minutes on two shared cores, almost all of it the naive baseline's lambdify at 1000 modes.
 
 Run:  python benchmarks/bench_ode.py [--sizes 10 100 1000 10000] [--naive-max 1000] [--out benchmarks/results/ode_benchmark.md]
 """
@@ -129,6 +130,9 @@ def main() -> None:
                                 "extrapolated": 1.0}
         print(m, {b: {k: f"{val:.3g}" for k, val in r.items()} for b, r in rows[m].items()}, flush=True)
 
+    def ratio(x: float) -> str:
+        return f"{x:.2g}×" if x < 10 else f"{x:.0f}×"
+
     def fmt(r: dict[str, float], key: str, unit: float = 1.0) -> str:
         val = r.get(key)
         return "–" if val is None else ("~" if r.get("extrapolated") else "") + f"{val * unit:.3g}"
@@ -141,7 +145,7 @@ def main() -> None:
         mark = "~" if s.get("extrapolated") else ""
         lines.append(f"| {m} | {fmt(n, 'cold')} / {fmt(n, 'cached')} | {fmt(j, 'cold')} / {fmt(j, 'cached')} | "
                      f"{fmt(s, 'cold')} | {fmt(n, 'rhs', 1e6)} | {fmt(j, 'rhs', 1e6)} | {fmt(s, 'rhs', 1e6)} | "
-                     f"{mark}{s['rhs'] / n['rhs']:.0f}× | {mark}{s['rhs'] / j['rhs']:.0f}× |")
+                     f"{mark}{ratio(s['rhs'] / n['rhs'])} | {mark}{ratio(s['rhs'] / j['rhs'])} |")
     goals = []
     if 1000 in rows:
         r = rows[1000]
@@ -156,7 +160,8 @@ def main() -> None:
         "# Feature ODE: compile and RHS benchmark", "",
         f"`python benchmarks/bench_ode.py` on {platform.machine()} ({os.cpu_count()} cores, shared), Python "
         f"{platform.python_version()}, NumPy {np.__version__}, SymPy {sp.__version__}, "
-        f"{time.strftime('%Y-%m-%d')}.", "",
+        f"{time.strftime('%Y-%m-%d')}. Single runs on a machine shared with other jobs: expect timing noise of "
+        "tens of percent.", "",
         f"System: variant `{VARIANT.label}` (the reference closure), target basis, random mode sets of "
         f"degree 1–3 in d = {DIM} directions; state size 2M. Compile times include building the system, deriving "
         "the indexed exact Jacobian (generated with the RHS), writing and importing the module, and the first RHS "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import sympy as sp
 
-from featureode.hermite import Mode, hermite_expr
+from featureode.hermite import Mode
 from featureode.kernel import level_coefficient_exprs
 
 XI, ETA, RHO = sp.symbols("xi eta rho", real=True)
@@ -32,59 +32,70 @@ SB = sp.Symbol("sigma_b", positive=True)
 BB = sp.Symbol("b", real=True)
 
 
-def gaussian_mean(poly: sp.Expr, variables: list[sp.Symbol]) -> sp.Expr:
-    """Exact ``E[poly]`` for independent standard normal ``variables`` (``E[x^{2j}] = (2j−1)!!``)."""
-    p = sp.Poly(sp.expand(poly), *variables)
+def gaussian_mean(poly: sp.Poly) -> sp.Expr:
+    """Exact ``E[poly]`` for independent standard normal generators of ``poly`` (``E[x^{2j}] = (2j−1)!!``)."""
     return sp.expand(sum((c * sp.prod([sp.factorial2(k - 1) if k % 2 == 0 else 0 for k in powers])
-                          for powers, c in p.terms()), sp.Integer(0)))
+                          for powers, c in poly.terms()), sp.Integer(0)))
 
 
-def derivative_mean(F: sp.Expr, u: sp.Symbol, k: int, mean: sp.Expr, var: sp.Expr) -> sp.Expr:
-    """``E[F^{(k)}(v)]``, ``v ~ N(mean, var)``, for a polynomial ``F``."""
-    return gaussian_mean(sp.diff(F, u, k).subs(u, mean + sp.sqrt(var) * XI), [XI])
+def power_mean(n: int, mean: sp.Expr, var: sp.Expr) -> sp.Expr:
+    """``E[v^n]``, ``v ~ N(mean, var)``: ``Σ_j binom(n, 2j) mean^{n−2j} var^j (2j−1)!!``."""
+    return sum((sp.binomial(n, 2 * j) * mean ** (n - 2 * j) * var**j * sp.factorial2(2 * j - 1)
+                for j in range(n // 2 + 1)), sp.Integer(0))
+
+
+def derivative_mean(coeffs: list[sp.Expr], k: int, mean: sp.Expr, var: sp.Expr) -> sp.Expr:
+    """``E[F^{(k)}(v)]``, ``v ~ N(mean, var)``, for ``F(u) = Σ_n coeffs[n] u^n``."""
+    return sum((c * sp.ff(n, k) * power_mean(n - k, mean, var) for n, c in enumerate(coeffs) if n >= k),
+               sp.Integer(0))
 
 
 def check_projection_identities(max_poly: int = 6) -> list[tuple[str, str]]:
-    """Item 1 of the module docstring on a generic polynomial F and several modes in d = 2."""
-    u = sp.Symbol("u", real=True)
-    cs = sp.symbols(f"c0:{max_poly + 1}")
-    F = sum(c * u**k for k, c in enumerate(cs))
+    """Item 1 of the module docstring on a generic polynomial F and several modes in d = 2 (exact polynomial
+    arithmetic; with ``He_β = sqrt(β!) h_β`` the identities read without square roots)."""
+    cs = list(sp.symbols(f"c0:{max_poly + 1}"))
     z = sp.symbols("z0 z1", real=True)
     w = sp.symbols("what0 what1", real=True)
-    pre = sum(wi * zi for wi, zi in zip(w, z)) + BB
+    pre = sp.Poly(w[0] * z[0] + w[1] * z[1] + BB, *z)
+    F_pre = sum((c * pre**n for n, c in enumerate(cs)), sp.Poly(0, *z))
     norm2 = w[0] ** 2 + w[1] ** 2
     rows = []
     for text in ("z0", "h2(z0)", "z0*z1", "h2(z0)*z1", "h3(z1)"):
         mode = Mode.parse(text)
-        h = mode.sympy(z)
+        he = sp.Poly(sp.expand(mode.sympy(z) * sp.sqrt(mode.factorial)), *z)
         p, wb = mode.degree, sp.Mul(*[w[i] ** n for i, n in mode.items])
-        lhs = gaussian_mean(h * F.subs(u, pre), list(z))
-        rhs = wb / sp.sqrt(mode.factorial) * derivative_mean(F, u, p, BB, norm2)
-        assert sp.expand(lhs - rhs) == 0, text
+        lhs = gaussian_mean(he * F_pre)
+        assert sp.expand(lhs - wb * derivative_mean(cs, p, BB, norm2)) == 0, text
         for i in (0, 1):
-            lhs_i = gaussian_mean(h * z[i] * F.subs(u, pre), list(z))
-            lower = mode.order(i) * wb / w[i] * derivative_mean(F, u, p - 1, BB, norm2) if mode.order(i) else 0
-            rhs_i = (wb * w[i] * derivative_mean(F, u, p + 1, BB, norm2) + lower) / sp.sqrt(mode.factorial)
-            assert sp.expand(lhs_i - rhs_i) == 0, (text, i)
-        rows.append((text, sp.latex(sp.simplify(wb / sp.sqrt(mode.factorial)))))
+            lhs_i = gaussian_mean(he * sp.Poly(z[i], *z) * F_pre)
+            lower = mode.order(i) * sp.cancel(wb / w[i]) * derivative_mean(cs, p - 1, BB, norm2) if mode.order(i) else 0
+            assert sp.expand(lhs_i - wb * w[i] * derivative_mean(cs, p + 1, BB, norm2) - lower) == 0, (text, i)
+        rows.append((text, sp.latex(wb / sp.sqrt(mode.factorial))))
     return rows
 
 
 def check_level_coefficients(degree: int = 4) -> None:
     """Item 2 of the module docstring for ``σ(u) = Σ_{k ≤ degree} c_k u^k``, all levels ``l ≤ 2 degree``."""
-    u = sp.Symbol("u", real=True)
-    cs = sp.symbols(f"c0:{degree + 1}")
-    sigma = sum(c * u**k for k, c in enumerate(cs))
-    dsigma = sp.diff(sigma, u)
-    v, v2 = BB + XI, BB + RHO * XI + sp.sqrt(1 - RHO**2) * ETA       # corr(v − b, v2 − b) = ρ
-    inner = sigma.subs(u, v) * sigma.subs(u, v2) + dsigma.subs(u, v) * dsigma.subs(u, v2) * (RHO + 1)
-    theta_b = gaussian_mean(sp.expand(inner), [XI, ETA])          # only even powers of sqrt(1 − ρ²) survive
-    theta = gaussian_mean(sp.expand(theta_b.subs(BB, SB * XI)), [XI])
-    poly = sp.Poly(sp.expand(theta), RHO)
+    cs = list(sp.symbols(f"c0:{degree + 1}"))
+    dcs = [n * c for n, c in enumerate(cs)][1:]
+    gens = (XI, ETA)
+    v = sp.Poly(BB + XI, *gens)
+    tau = sp.Symbol("tau", positive=True)                           # τ = sqrt(1 − ρ²)
+    v2 = sp.Poly(BB + RHO * XI + tau * ETA, *gens)                   # corr(v − b, v2 − b) = ρ
+
+    def at(coeffs: list[sp.Expr], x: sp.Poly) -> sp.Poly:
+        return sum((c * x**n for n, c in enumerate(coeffs)), sp.Poly(0, *gens))
+
+    inner = at(cs, v) * at(cs, v2) + at(dcs, v) * at(dcs, v2) * (RHO + 1)
+    theta_b = sp.Poly(gaussian_mean(inner), tau)                    # only even powers of τ survive
+    assert all(k % 2 == 0 for (k,) in theta_b.monoms())
+    theta_b = sp.expand(theta_b.as_expr().subs(tau, sp.sqrt(1 - RHO**2)))
+    theta = gaussian_mean(sp.Poly(theta_b.subs(BB, SB * XI), XI))
+    poly = sp.Poly(theta, RHO)
 
     def eb_m2(level: int) -> sp.Expr:
-        m = derivative_mean(sigma, u, level, BB, 1)
-        return gaussian_mean(sp.expand((m**2).subs(BB, SB * XI)), [XI])
+        m = derivative_mean(cs, level, BB, 1)
+        return gaussian_mean(sp.Poly(sp.expand((m**2).subs(BB, SB * XI)), XI))
 
     for level in range(2 * degree + 1):
         lhs = sp.factorial(level) * poly.coeff_monomial(RHO**level)

@@ -31,7 +31,7 @@ register_closure("exp_displacement", sp.exp(eta * gamma**2 * mode_sum(B[beta, i]
 
 def main(config: str | None = None, theory: Any = None, out_dir: str | Path = "custom_closure_out") -> dict:
     """Solve ``displacement`` and ``exp_displacement`` on the config's target; write the LaTeX derivation."""
-    cfg = load_config(config).replace(ode={"variants": ["displacement", "exp_displacement"]})
+    cfg = load_config(config or None).replace(ode={"variants": ["displacement", "exp_displacement"]})
     if theory is None:
         from featureode.kernel import kernel_theory
         theory = kernel_theory(cfg)
@@ -51,4 +51,5 @@ def main(config: str | None = None, theory: Any = None, out_dir: str | Path = "c
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    args = sys.argv[1:]
+    main(args[0] if args else None, out_dir=args[1] if len(args) > 1 else "custom_closure_out")

@@ -314,6 +314,8 @@ def _numpy_namespace() -> dict[str, Any]:
     from scipy.special import expit
 
     return {"_logistic": expit, "_softplus": lambda v: np.logaddexp(v, 0.0)}
+
+
 @lru_cache(maxsize=1)
 def _torch_namespace() -> dict[str, Any]:
     import torch

@@ -151,10 +151,16 @@ def build_report(cfg: Config, ode: dict, mlp: dict) -> dict:
                "complete": mlp.get("complete", True), "reached_t": mlp.get("reached_t", float(t_m[-1]))}
     variants: dict[str, dict] = {}
     for name, v in ode["variants"].items():
+        if len(v.get("t", [])) < 2:
+            variants[name] = {"t": [], "loss": [], "t50": None, "t10": None, "t50_ratio": None, "t10_ratio": None,
+                              "log_rms": None, "in_support": {}, "error": v.get("error", "no solution")}
+            continue
         met = curve_metrics(v["t"], v["loss"], t_m, test)
         ins = curve_metrics(v["t"], v["loss"], t_m, insup)
         variants[name] = {"t": list(v["t"]), "loss": normalised(v["loss"]).tolist(), **met,
                           "in_support": {k: ins[k] for k in ("t50_ratio", "t10_ratio", "log_rms")}}
+        if v.get("error"):
+            variants[name]["error"] = v["error"]
     return {"config": cfg.to_dict(), "modes": ode["modes"], "mlp": mlp_rep, "variants": variants}
 
 
@@ -175,9 +181,10 @@ def report_markdown(cfg: Config, report: dict) -> str:
              "t10 ratio (in-support) | log-RMS (in-support) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, v in report["variants"].items():
-        s = v["in_support"]
+        s = {k: None for k in ("t50_ratio", "t10_ratio", "log_rms")} | v["in_support"]
         lines.append(f"| {name} | {f(v['t50'], 4)} | {f(v['t10'], 4)} | {f(v['t50_ratio'])} | {f(v['t10_ratio'])} | "
                      f"{f(v['log_rms'])} | {f(s['t50_ratio'])} | {f(s['t10_ratio'])} | {f(s['log_rms'])} |")
+    lines += [f"\n**{name} failed**: {v['error']}" for name, v in report["variants"].items() if v.get("error")]
     lines += ["", "Ratios are ODE/MLP; log-RMS is the RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",
               "![report](report.png)", ""]
     return "\n".join(lines)
@@ -198,6 +205,8 @@ def report_figure(path: Path, cfg: Config, ode: dict, mlp: dict, report: dict) -
     ax.plot(t_m[pos], np.asarray(report["mlp"]["in_support_loss"])[pos], "k--", lw=1.5, label="MLP in-support")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for c, (name, v) in zip(colors, report["variants"].items()):
+        if not v["t"]:
+            continue
         t = np.asarray(v["t"], float)
         ax.plot(t[t > 0], np.asarray(v["loss"])[t > 0], color=c, label=f"ODE {name}")
     ax.set(xscale="log", yscale="log", xlabel="t", ylabel="L(t)/L(0)", title="loss")
@@ -217,6 +226,8 @@ def report_figure(path: Path, cfg: Config, ode: dict, mlp: dict, report: dict) -
                 e = np.asarray(mlp["f_stderr"], float)[:, i]
                 ax.fill_between(t_m[pos], (y - 2 * e)[pos], (y + 2 * e)[pos], color=c, alpha=0.2, lw=0)
             v = ode["variants"][key]
+            if field not in v:
+                continue
             t = np.asarray(v["t"], float)
             ax.plot(t[t > 0], np.asarray(v[field], float)[t > 0, j], "-", color=c, label=f"ODE {key} {mode}")
         ax.set(xscale="log", xlabel="t", title=title)
@@ -232,11 +243,14 @@ def report_figure(path: Path, cfg: Config, ode: dict, mlp: dict, report: dict) -
 
 def compare_config(cfg: Config, out: "str | Path", progress: bool = True) -> dict:
     """Solve every ODE variant, simulate (or reuse) the MLP, and write ``report.json``, ``report.md``, ``report.png``."""
-    from .solve import solve_config
+    from .solve import SolveError, solve_config
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ode = solve_config(cfg, out)
+    try:
+        ode = solve_config(cfg, out)
+    except SolveError as exc:  # a variant that failed keeps its partial curve and an "error" key
+        ode = exc.result
     mlp = run_mlp(cfg, out, progress=progress)
     report = build_report(cfg, ode, mlp)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))

@@ -14,6 +14,9 @@ import numpy as np
 import sympy as sp
 
 
+EXACT_MAX_DIM = 64  # power-law spectra keep an exact SymPy form up to this dimension
+
+
 class DataError(ValueError):
     """Invalid covariance or spectrum."""
 
@@ -57,13 +60,16 @@ class Spectrum:
             raise DataError(f"exponent must be finite and ≥ 0, got {exponent!r}")
         if not np.isfinite(offset) or offset <= 0:
             raise DataError(f"offset must be > 0 (so that (i + offset) > 0 for i = 0), got {offset!r}")
+        desc = f"power law (i + {offset})^(-{exponent}), d = {dim}" + (", normalised to Σg = 1" if normalize else "")
+        if dim > EXACT_MAX_DIM:  # the exact form costs seconds beyond this; floats only
+            g = (np.arange(dim) + float(offset)) ** (-float(exponent))
+            return cls(g / g.sum() if normalize else g, None, description=desc)
         a, o = sp.nsimplify(exponent, rational=True), sp.nsimplify(offset, rational=True)
         raw = [(sp.Integer(i) + o) ** (-a) for i in range(dim)]
         exact = tuple(r / sp.Add(*raw) for r in raw) if normalize else tuple(raw)
         g = np.array([float(v) for v in exact])
-        return cls(g, exact if dim <= 64 else None,
-                   description=f"power law (i + {offset})^(-{exponent}), d = {dim}"
-                               + (", normalised to Σg = 1" if normalize else ""))
+        return cls(g, exact,
+                   description=desc)
 
     @classmethod
     def from_eigenvalues(cls, eigenvalues: Sequence[Any]) -> "Spectrum":

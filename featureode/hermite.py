@@ -269,10 +269,19 @@ def polynomial_to_hermite(poly: sp.Expr, zs: "list[sp.Symbol]") -> dict[Mode, sp
             terms = new
         for mode, c in terms.items():
             out[mode] = out.get(mode, 0) + c
-    # expand suffices: products of sqrt(integer) are canonical in SymPy, so an exactly cancelling sum expands to 0
-    # (simplify would cost seconds per coefficient on the nested surds of an exact power-law spectrum)
     expanded = {m: sp.expand(c) for m, c in out.items()}
-    return {m: c for m, c in expanded.items() if c != 0}
+    return {m: c for m, c in expanded.items() if not _is_zero(c)}
+
+
+def _is_zero(c: sp.Expr) -> bool:
+    """Exact zero test of an expanded coefficient. Rational multiples of sqrt(integer) are canonical after
+    expansion, so ``c != 0`` decides them; ``simplify`` (seconds per coefficient on the nested surds of an exact
+    power-law spectrum) runs only for symbolic coefficients and for numbers that are numerically zero."""
+    if c == 0:
+        return True
+    if c.is_number and abs(sp.N(c, 30)) > sp.Float("1e-25", 30):
+        return False
+    return sp.simplify(c) == 0
 
 
 def hermite_to_polynomial(coeffs: Mapping[Mode, Any], zs: "list[sp.Symbol]") -> sp.Expr:

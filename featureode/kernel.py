@@ -435,7 +435,7 @@ class _Integrator:
         return self.integral((), False, level, level)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=4)
 def _integrator(act: Activation, g: tuple[float, ...], bias_std: float, step: float) -> _Integrator:
     return _Integrator(act, g, bias_std, step=step)
 
@@ -445,6 +445,13 @@ def _g_of(spectrum: "Spectrum | Sequence[float] | np.ndarray") -> tuple[float, .
     if g.ndim != 1 or g.size == 0 or np.any(g <= 0) or not np.all(np.isfinite(g)):
         raise KernelError(f"spectrum must be a non-empty list of positive eigenvalues, got {g!r}")
     return tuple(float(x) for x in g)
+
+
+def _bias_of(bias_std: float) -> float:
+    b = float(bias_std)
+    if not math.isfinite(b) or b < 0:
+        raise KernelError(f"bias_std σ_b must be finite and ≥ 0, got {bias_std!r}")
+    return b
 
 
 def _modes_of(modes: Iterable["Mode | str"], d: int) -> list[Mode]:
@@ -481,7 +488,7 @@ def gram_matrix(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequence[fl
                           f"estimated {cost:.0f} s (limit {max_cost_s:.0f} s); lower the number of modes "
                           "(ode.extended_max_modes) or raise max_cost_s")
     act = get_activation(activation)
-    integ = _integrator(act, g, float(bias_std), step)
+    integ = _integrator(act, g, _bias_of(bias_std), step)
     n = len(ms)
     out = {k: np.zeros((n, n)) for k in ("readout", "weights", "bias")}
     for i in range(n):
@@ -506,11 +513,11 @@ def exact_eigenvalues(modes: Iterable["Mode | str"], spectrum: "Spectrum | Seque
     ms = _modes_of(modes, len(g))
     act = get_activation(activation)
     if method == "quadrature":
-        integ = _integrator(act, g, float(bias_std), step)
+        integ = _integrator(act, g, _bias_of(bias_std), step)
         vals = np.array([sum(integ.pair(m, m)) for m in ms])
         return vals, np.zeros(len(ms))
     if method == "montecarlo":
-        return _montecarlo_eigenvalues(ms, np.asarray(g), act, float(bias_std), n_neurons, seed)
+        return _montecarlo_eigenvalues(ms, np.asarray(g), act, _bias_of(bias_std), n_neurons, seed)
     raise KernelError(f"method must be 'quadrature' or 'montecarlo', got {method!r}")
 
 
@@ -551,7 +558,7 @@ def closure_constants(activation: "str | Activation", spectrum: "Spectrum | Sequ
     """``c_l = E_k[a_k² m_l(b_k, |ŵ_k|)²]`` for ``l = 0 … max_level`` (deterministic over ``|ŵ|²`` and ``b``)."""
     g = _g_of(spectrum)
     act = get_activation(activation)
-    integ = _integrator(act, g, float(bias_std), step)
+    integ = _integrator(act, g, _bias_of(bias_std), step)
     return np.array([integ.closure(level) for level in range(int(max_level) + 1)])
 
 
@@ -566,7 +573,7 @@ def level_coefficients(activation: "str | Activation", bias_std: float, max_leve
     see ``derivations/kernel_derivation.py``). Gauss–Hermite in ``b``; exact forms: :func:`level_coefficient_exprs`.
     """
     act = get_activation(activation)
-    if bias_std == 0:
+    if _bias_of(bias_std) == 0:
         xb, wb = np.zeros(1), np.ones(1)
     else:
         x, w = np.polynomial.hermite_e.hermegauss(n_b)
@@ -802,8 +809,10 @@ def exact_vs_hea_figure(path: "str | Path", activation: str = "relu", bias_std: 
     """PNG comparing exact ``λ_β(0)`` with HEA ``Λ_{|β|} g^β`` per level and dimension; returns the plotted data.
 
     Modes per level ``l``: the product ``z0*…*z_{l−1}`` (solid) and the pure power ``h_l(z0)`` (dashed). Left:
-    isotropic data (``g_i = 1/d``), where HEA becomes exact as ``d`` grows; right: the power-law spectrum
-    ``g_i ∝ (i + offset)^(−exponent)``, whose effective dimension stays finite, so ``|x|²`` keeps fluctuating.
+    isotropic data (``g_i = 1/d``): for products HEA becomes exact as ``d`` grows; pure powers keep an O(1) error,
+    because ``h_l(z0)`` overlaps with ``(|x|² − 1)·h_{l−2}(z0)`` and the radial dependence of Θ contributes at the
+    same order ``d^{−l}`` as ``Λ_l g^β``. Right: the power-law spectrum ``g_i ∝ (i + offset)^(−exponent)``, whose
+    effective dimension stays finite, so ``|x|²`` keeps fluctuating and HEA overestimates levels ≥ 2 at every d.
     """
     import matplotlib
 

@@ -16,7 +16,7 @@ O(1), γ-independent NTK ``Θ = γ² N ∇_θ f·∇_θ f'``. With ``∂f/∂a_k
     a_k −= (η γ/B) Σ_b r_b σ_bk,   w_k −= (η γ/B) Σ_b r_b a_k σ'_bk x_b,   b_k −= (η γ/B) Σ_b r_b a_k σ'_bk,
 
 ``r_b = f(x_b) − y_b``: exactly SGD with rate ``η γ² N`` (checked against autograd in the tests), written out so
-that ``σ`` and ``σ'`` come from one forward-mode pass (``torch.func.jvp``) and several runs share batched matmuls.
+that ``σ`` and ``σ'`` come from one forward-mode pass (``torch.func.jvp``) and the sums over samples are matmuls.
 
 Step size: ``η = min(eta_max, eta_safety/λ_top)``, with ``λ_top`` the top eigenvalue of the empirical NTK
 ``γ² N J Jᵀ/P`` on a fixed probe set of ``P = ntk_probe`` samples (``J`` = per-sample parameter gradients from
@@ -24,10 +24,16 @@ Step size: ``η = min(eta_max, eta_safety/λ_top)``, with ``λ_top`` the top eig
 before a measurement time is shortened to land on it exactly.
 
 Several runs (seeds, targets, richness values, spectra; same ``d``, ``N``, batch, activation, dtype, device) train
-together: parameters carry a leading run axis and every step is a handful of ``torch.bmm`` calls. Each run keeps its
-own step size, clock, samples and measurement times, so a run's trajectory does not depend on the batch it is in.
-With ``[training] compile = true`` the step and the measurement kernel are compiled by ``torch.compile`` (fused
-elementwise work; falls back to eager execution with a warning when compilation fails).
+together in one process (:func:`simulate_batch`): parameters carry a leading run axis. On a GPU every step is one set
+of batched matmuls over all runs (``torch.bmm``); on a CPU the runs are stepped one after another, because there
+batching adds no arithmetic efficiency and multiplies the working set (measured: 0.56× the throughput of separate
+runs at N = 1024, B = 2048; see ``benchmarks/results/mlp_benchmark.md``). Either way the samples of a step are
+processed in chunks whose gradient sums are accumulated before the update (256 samples on a CPU, so the activations
+stay in cache: 2× faster than whole-batch steps). Each run keeps its own step size, clock, samples and measurement
+times, so its trajectory does not depend on the batch it is in; finished runs stop costing time on a CPU (on a GPU
+they stay in the batch with ``η = 0``). With ``[training] compile = true`` (default) the chunk kernels are compiled by
+``torch.compile`` (fused elementwise work, ≈ 4× faster than eager on a CPU; a few seconds of compilation per process,
+cached on disk; eager fallback with a warning when compilation fails).
 
 Randomness: one seed per run fixes everything, through independent streams derived from it: ``init`` (parameters),
 ``train`` (the fresh samples), ``test`` (the test set), ``probe`` (the NTK probe set); all are drawn on the CPU, so a
@@ -62,7 +68,8 @@ from .targets import Target
 
 MLP_SECTIONS = ("data", "target", "network", "training")
 STREAMS = ("init", "train", "test", "probe")
-CHUNK = 4096              # test samples per measurement chunk
+CPU_CHUNK = 256           # samples per kernel call on a CPU (activations of a chunk stay in cache)
+GPU_MEASURE_CHUNK = 8192  # test samples per kernel call on a GPU (training steps take the whole batch at once)
 DIVERGENCE_FACTOR = 10.0  # a batch loss above this × L(0) counts as divergence
 CHECKPOINT_VERSION = 1
 _BATCH_KEYS = {"data": ("dim",), "network": ("activation", "width"),
@@ -99,8 +106,8 @@ def stream(seed: int, name: str) -> torch.Generator:
 class RunSpec:
     """Everything fixed about one run: its config, spectrum, target, measured modes and measurement times.
 
-    ``modes`` lists the target's modes first (``n_target`` of them), then any extra modes; ``v`` holds ``v_β`` on
-    ``modes`` (0 outside the target's support).
+    ``modes`` lists the target's modes first, then any extra modes; ``v`` holds ``v_β`` on ``modes`` (0 outside the
+    target's support); ``times`` are the measurement times (``t = 0`` first).
     """
 
     cfg: Config
@@ -153,7 +160,7 @@ def _check_batch(specs: Sequence[RunSpec]) -> None:
 def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Callable]:
     """The SGD step and the measurement-chunk statistics for activation ``act``, as pure tensor functions.
 
-    Shapes: ``w, w0`` (R, N, d); ``b, b0, a, a0`` (R, N); ``x`` (R, B, d); ``y`` (R, B); ``coef = η γ/B`` and
+    Shapes: ``w, w0`` (R, N, d); ``b, b0, a, a0`` (R, N); ``x`` (R, C, d) and ``y`` (R, C) for a chunk of C samples;
     ``scale = 1/(γN)`` (R, 1).
     """
 
@@ -167,23 +174,18 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
 
     def output(s: torch.Tensor, s0: torch.Tensor, a: torch.Tensor, a0: torch.Tensor,
                scale: torch.Tensor) -> torch.Tensor:
-        """Centred output ``(Σ_k a_k σ_k − Σ_k a⁰_k σ⁰_k)/(γN)``, shape (R, B)."""
+        """Centred output ``(Σ_k a_k σ_k − Σ_k a⁰_k σ⁰_k)/(γN)``, shape (R, C)."""
         return (torch.bmm(s, a.unsqueeze(-1)) - torch.bmm(s0, a0.unsqueeze(-1))).squeeze(-1) * scale
 
-    def step(w: torch.Tensor, b: torch.Tensor, a: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor,
-             a0: torch.Tensor, x: torch.Tensor, y: torch.Tensor, coef: torch.Tensor,
-             scale: torch.Tensor) -> torch.Tensor:
-        """One SGD step in place; returns the batch loss ``½ mean_b r_b²`` before the step, shape (R,)."""
+    def gradients(w: torch.Tensor, b: torch.Tensor, a: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor,
+                  a0: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                  scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sums over the chunk: ``Σ_b r_b a_k σ'_bk x_b`` (R, N, d), ``Σ_b r_b a_k σ'_bk`` (R, N), ``Σ_b r_b σ_bk``
+        (R, N) and ``Σ_b r_b²`` (R,), with ``r = f − y`` (the gradients of ``½ Σ_b r_b²`` times ``γN``)."""
         s, ds, s0 = features(w, b, w0, b0, x)
         r = output(s, s0, a, a0, scale) - y
-        g = r.unsqueeze(-1) * ds * a.unsqueeze(1)               # r_b a_k σ'_bk
-        grad_a = torch.bmm(r.unsqueeze(1), s).squeeze(1)         # Σ_b r_b σ_bk
-        grad_w = torch.bmm(g.transpose(1, 2), x)                 # Σ_b r_b a_k σ'_bk x_b
-        grad_b = g.sum(1)
-        w.sub_(coef.unsqueeze(-1) * grad_w)
-        b.sub_(coef * grad_b)
-        a.sub_(coef * grad_a)
-        return 0.5 * (r * r).mean(1)
+        g = r.unsqueeze(-1) * ds * a.unsqueeze(1)
+        return torch.bmm(g.transpose(1, 2), x), g.sum(1), torch.bmm(r.unsqueeze(1), s).squeeze(1), (r * r).sum(1)
 
     def chunk_sums(w: torch.Tensor, b: torch.Tensor, a: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor,
                    a0: torch.Tensor, x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, x_sq: torch.Tensor,
@@ -200,15 +202,16 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
         return ((weight * (f - y[0]).square()).sum(), hc.T @ f, (hc * hc).T @ (f * f), hc.T @ s, hc.T @ ds, hdx,
                 (hc * hc).T @ theta)
 
-    return step, chunk_sums
+    return gradients, chunk_sums
 
 
 class _Compiled:
-    """A tensor function run through ``torch.compile`` (dynamic shapes), falling back to eager with a warning."""
+    """A tensor function run through ``torch.compile`` (static shapes: the callers use at most two chunk shapes),
+    falling back to eager execution with a warning."""
 
     def __init__(self, fn: Callable, enabled: bool):
         self.fn = fn
-        self.compiled = torch.compile(fn, dynamic=True) if enabled else None
+        self.compiled = torch.compile(fn, dynamic=False) if enabled else None
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is not None:
@@ -229,22 +232,29 @@ class MeanFieldBatch:
 
     ``params``: ``w`` (R, N, d), ``b`` (R, N), ``a`` (R, N) trained; ``w0``, ``b0``, ``a0`` the frozen initial copy
     that defines ``f_init``. ``gamma``: the richness of each run (R,).
+
+    Execution: with ``batched`` every step processes all runs in one set of batched matmuls (the GPU layout); otherwise
+    runs are stepped one after another (on a CPU this is faster: batching adds no arithmetic efficiency there and
+    multiplies the working set). Either way the samples of a step are processed in chunks of ``chunk`` samples whose
+    gradient sums are accumulated before the update, so the activations of a chunk stay cache-sized on a CPU.
     """
 
-    def __init__(self, params: dict[str, torch.Tensor], gamma: Sequence[float], activation: str, compile: bool):
+    def __init__(self, params: dict[str, torch.Tensor], gamma: Sequence[float], activation: str, compile: bool,
+                 batched: bool, chunk: int):
         self.params = params
         w = params["w"]
         self.runs, self.width, self.dim = w.shape
         self.gamma = torch.tensor(list(gamma), dtype=torch.float64)
         self.scale = (1.0 / (self.gamma * self.width)).to(w).unsqueeze(1)
         self.act = get_activation(activation).torch()
-        step, sums = _kernels(self.act)
-        self._step = _Compiled(step, compile)
+        self.batched, self.chunk = batched, chunk
+        grads, sums = _kernels(self.act)
+        self._grads = _Compiled(grads, compile)
         self._sums = _Compiled(sums, compile)
 
     @classmethod
-    def initialize(cls, specs: Sequence[RunSpec], device: torch.device, dtype: torch.dtype,
-                   compile: bool) -> "MeanFieldBatch":
+    def initialize(cls, specs: Sequence[RunSpec], device: torch.device, dtype: torch.dtype, compile: bool,
+                   batched: bool, chunk: int) -> "MeanFieldBatch":
         """Draw ``a ~ N(0,1)``, ``w ~ N(0, I_d)``, ``b ~ N(0, σ_b²)`` per run from its ``init`` stream (float64 on
         the CPU, then cast, so the draw does not depend on device or dtype)."""
         n, d = specs[0].cfg.network.width, specs[0].spectrum.dim
@@ -256,27 +266,34 @@ class MeanFieldBatch:
             cols["b"].append(torch.randn(n, generator=gen, dtype=torch.float64) * s.cfg.network.bias_std)
         params = {k: torch.stack(v).to(device=device, dtype=dtype) for k, v in cols.items()}
         params.update({k + "0": v.clone() for k, v in params.items()})
-        return cls(params, [s.gamma for s in specs], specs[0].cfg.network.activation, compile)
+        return cls(params, [s.gamma for s in specs], specs[0].cfg.network.activation, compile, batched, chunk)
 
-    def _args(self, run: int | None = None) -> list[torch.Tensor]:
-        p = self.params
-        return [p[k] if run is None else p[k][run:run + 1] for k in PARAMS]
+    def step(self, x: torch.Tensor, y: torch.Tensor, lr: Sequence[float], runs: Sequence[int]) -> list[float]:
+        """One SGD step of ``runs`` (all runs when ``batched``) with gradient-flow increments ``lr = η`` (0 freezes a
+        run) on samples ``x`` (len(runs), B, d), ``y`` (len(runs), B); the SGD rate is ``η γ² N``. Returns the batch
+        losses ``½ mean_b r_b²`` before the step."""
+        if self.batched:
+            if list(runs) != list(range(self.runs)):
+                raise MLPError("a batched step takes every run (give finished runs lr = 0)")
+            return self._step_group(slice(0, self.runs), x, y, lr)
+        return [loss for j, i in enumerate(runs)
+                for loss in self._step_group(slice(i, i + 1), x[j:j + 1], y[j:j + 1], lr[j:j + 1])]
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, lr: torch.Tensor, runs: Sequence[int] | None = None) -> torch.Tensor:
-        """One SGD step of the given runs (default: all) with gradient-flow increments ``lr = η`` and samples ``x``
-        (len(runs), B, d), ``y`` (len(runs), B): the SGD rate is ``η γ² N``. Returns the batch losses before the step.
-        A subset is gathered, stepped and scattered back (parameters are small next to the activations), so runs
-        that have finished cost nothing."""
-        if runs is None or len(runs) == self.runs:
-            coef = (lr * self.gamma / x.shape[1]).to(x).unsqueeze(1)
-            return self._step(*self._args(), x, y, coef, self.scale)
-        idx = torch.tensor(list(runs), device=self.scale.device)
-        sub = [self.params[k].index_select(0, idx) for k in PARAMS]
-        coef = (lr * self.gamma[list(runs)] / x.shape[1]).to(x).unsqueeze(1)
-        losses = self._step(*sub, x, y, coef, self.scale.index_select(0, idx))
-        for k, t in zip(PARAMS[:3], sub[:3]):
-            self.params[k].index_copy_(0, idx, t)
-        return losses
+    def _step_group(self, runs: slice, x: torch.Tensor, y: torch.Tensor, lr: Sequence[float]) -> list[float]:
+        """Accumulate the chunk gradient sums of the runs ``runs`` (a slice, so parameters are updated through
+        views), then ``θ −= (η γ / B) Σ_b …`` (``∂f/∂θ`` carries ``1/(γN)``, the rate ``η γ² N``)."""
+        p = [self.params[k][runs] for k in PARAMS]
+        scale, batch = self.scale[runs], x.shape[1]
+        total: tuple[torch.Tensor, ...] | None = None
+        for lo in range(0, batch, self.chunk):
+            part = self._grads(*p, x[:, lo:lo + self.chunk], y[:, lo:lo + self.chunk], scale)
+            total = part if total is None else tuple(u + v for u, v in zip(total, part))
+        grad_w, grad_b, grad_a, sq = total
+        coef = (torch.tensor(list(lr), dtype=torch.float64) * self.gamma[runs] / batch).to(x).unsqueeze(1)
+        p[0].sub_(coef.unsqueeze(-1) * grad_w)
+        p[1].sub_(coef * grad_b)
+        p[2].sub_(coef * grad_a)
+        return (0.5 * sq / batch).tolist()
 
     def output(self, x: torch.Tensor) -> torch.Tensor:
         """Centred outputs ``f(x)`` of every run, ``x`` (R, B, d) → (R, B) (eager; for checks and tests)."""
@@ -289,7 +306,7 @@ class MeanFieldBatch:
     def measure(self, run: int, test: TestSet) -> Measurement:
         """Test loss, projections, eNTK Rayleigh quotients and ``r_i`` of one run on its test set (all samples, all
         neurons; see :mod:`featureode.measure`)."""
-        args, scale = self._args(run), self.scale[run:run + 1]
+        args, scale = [self.params[k][run:run + 1] for k in PARAMS], self.scale[run:run + 1]
         total: ChunkSums | None = None
         with torch.no_grad():
             for x, y, h, x_sq, weight in test.chunks():
@@ -360,7 +377,9 @@ def _interrupt_flag() -> Iterator[dict[str, bool]]:
 class _Simulation:
     """Trains a batch of runs to their ``t_max`` (or ``max_steps``), measuring at each run's measurement times."""
 
-    def __init__(self, specs: Sequence[RunSpec], checkpoint: Path | None, progress: bool):
+    def __init__(self, specs: Sequence[RunSpec], checkpoint: Path | None, progress: bool,
+                 batched: bool | None = None):
+        """``batched``: step all runs in one set of batched matmuls (default: on CUDA), else run by run."""
         self.specs = list(specs)
         _check_batch(self.specs)
         tr = self.specs[0].cfg.training
@@ -369,9 +388,13 @@ class _Simulation:
         self.batch = tr.batch
         self.checkpoint = checkpoint
         self.progress = progress
-        self.net = MeanFieldBatch.initialize(self.specs, self.device, self.dtype, tr.compile)
+        on_gpu = self.device.type == "cuda"
+        self.net = MeanFieldBatch.initialize(self.specs, self.device, self.dtype, tr.compile,
+                                             on_gpu if batched is None else batched,
+                                             self.batch if on_gpu else _even_chunk(self.batch, CPU_CHUNK))
+        measure_chunk = GPU_MEASURE_CHUNK if on_gpu else CPU_CHUNK
         self.tests = [make_test_set(s.spectrum, s.target, s.modes, s.cfg.training.n_test, stream(s.cfg.training.seed,
-                                    "test"), self.device, self.dtype, CHUNK) for s in self.specs]
+                                    "test"), self.device, self.dtype, measure_chunk) for s in self.specs]
         self.probes = [s.spectrum.to_x(torch.randn(s.cfg.training.ntk_probe, s.spectrum.dim, dtype=torch.float64,
                                                    generator=stream(s.cfg.training.seed, "probe")))
                        .to(self.device, self.dtype) for s in self.specs]
@@ -393,6 +416,7 @@ class _Simulation:
                 "runs": [{k: getattr(r, k) for k in r.__dataclass_fields__} for r in self.runs]}
 
     def save(self) -> None:
+        """Write :meth:`state` atomically to the checkpoint path (if any)."""
         if self.checkpoint is None:
             return
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
@@ -418,6 +442,7 @@ class _Simulation:
 
     # pieces of the loop -----------------------------------------------------------------------------------------
     def _record(self, i: int) -> None:
+        """Measure run ``i`` at its current time and append to its records."""
         run, m = self.runs[i], self.net.measure(i, self.tests[i])
         rec = run.records
         for key, val in (("t", run.t), ("loss", m.loss), ("f", m.f.tolist()), ("f_stderr", m.f_stderr.tolist()),
@@ -426,11 +451,12 @@ class _Simulation:
             rec[key].append(val)
 
     def _refresh_eta(self) -> None:
+        """``λ_top`` on the probe set and ``η = min(eta_max, eta_safety/λ_top)`` for every active run."""
         for i, run in enumerate(self.runs):
             if run.active:
                 tr = self.specs[i].cfg.training
                 run.lambda_top = self.net.ntk_top(i, self.probes[i])
-                run.eta = min(tr.eta_max, tr.eta_safety / run.lambda_top)
+                run.eta = min(tr.eta_max, tr.eta_safety / run.lambda_top if run.lambda_top > 0 else math.inf)
 
     def _sample(self, runs: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Fresh ``z ~ N(0, I_d)`` for each of ``runs`` (default all) from its ``train`` stream; returns ``x``
@@ -443,6 +469,7 @@ class _Simulation:
         return z.to(self.device) * self.sqrt_g[list(runs)], y.to(self.device)
 
     def _check(self, i: int, loss: float, lr: float) -> None:
+        """Raise :class:`DivergenceError` when run ``i``'s batch loss is non-finite or above 10× its ``L(0)``."""
         if not (math.isfinite(loss) and loss <= DIVERGENCE_FACTOR * self.initial_loss[i]):
             tr, run = self.specs[i].cfg.training, self.runs[i]
             raise DivergenceError(
@@ -456,19 +483,20 @@ class _Simulation:
         """One synchronous step of all active runs, landing exactly on measurement times."""
         if self.step_count % self.specs[0].cfg.training.ntk_every == 0 and self.step_count > 0:
             self._refresh_eta()
-        active = [i for i, r in enumerate(self.runs) if r.active]
+        stepped = [i for i, r in enumerate(self.runs) if r.active or self.net.batched]
         lr, landing = [], []
-        for i in active:
+        for i in stepped:
             run = self.runs[i]
-            gap = float(self.specs[i].times[run.next_index]) - run.t
-            landing.append(gap <= run.eta * (1 + 1e-9))
-            lr.append(gap if landing[-1] else run.eta)
-        x, y = self._sample(active)
-        losses = self.net.step(x, y, torch.tensor(lr, dtype=torch.float64), active).tolist()
-        for i, loss, h in zip(active, losses, lr):
+            gap = float(self.specs[i].times[run.next_index]) - run.t if run.active else 0.0
+            landing.append(run.active and gap <= run.eta * (1 + 1e-9))
+            lr.append(gap if landing[-1] or not run.active else run.eta)
+        x, y = self._sample(stepped)
+        losses = self.net.step(x, y, lr, stepped)
+        moved = [(i, loss, h, land) for i, loss, h, land in zip(stepped, losses, lr, landing) if self.runs[i].active]
+        for i, loss, h, _ in moved:
             self._check(i, loss, h)
         self.step_count += 1
-        for i, h, land in zip(active, lr, landing):
+        for i, _, h, land in moved:
             run, times = self.runs[i], self.specs[i].times
             run.steps += 1
             run.t = float(times[run.next_index]) if land else run.t + h
@@ -481,13 +509,15 @@ class _Simulation:
                 self._stop_early(i)
 
     def _stop_early(self, i: int) -> None:
+        """Run ``i`` ran out of steps: measure where it stopped, mark it incomplete, warn."""
         run, tr = self.runs[i], self.specs[i].cfg.training
         if run.records["t"][-1] != run.t:
             self._record(i)
         run.active = False
         warnings.warn(f"run {i} (seed {tr.seed}, target {self.specs[i].cfg.target.expr!r}): t_max = {tr.t_max:g} "
                       f"not reached within max_steps = {tr.max_steps}; stopped at t = {run.t:.6g} (λ_top = "
-                      f"{run.lambda_top:.3g}, η = {run.eta:.3g}). Raise [training] max_steps or eta_max.")
+                      f"{run.lambda_top:.3g}, η = {run.eta:.3g}). Raise [training] max_steps (or eta_max / eta_safety, at "
+                      "the cost of accuracy).")
 
     def run(self) -> None:
         """Train until every run is complete or out of steps; checkpoints every ``checkpoint_every`` steps, at the
@@ -525,6 +555,7 @@ class _Simulation:
         self.save()
 
     def _show(self, bar: Any) -> None:
+        """Progress: the clock of the slowest active run, its last L/L(0) and η, the global step count."""
         active = [r for r in self.runs if r.active] or self.runs
         lead = min(active, key=lambda r: r.t)
         i = self.runs.index(lead)
@@ -561,6 +592,11 @@ class _Simulation:
         np.savez(folder / "mlp.npz", modes=np.array(res["modes"]), steps=np.asarray(res["steps"]), **arrays)
 
 
+def _even_chunk(n: int, target: int) -> int:
+    """Chunk size ``≤ target`` that splits ``n`` into equal chunks (up to one shorter last chunk)."""
+    return math.ceil(n / math.ceil(n / target))
+
+
 def _json_ready(obj: Any) -> Any:
     """Replace non-finite floats by ``None`` (JSON has no NaN)."""
     if isinstance(obj, float):
@@ -589,8 +625,8 @@ def _threads(n: int) -> Iterator[None]:
 # ----------------------------------------------------------------------------------------------------------------
 def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, resume: bool = False,
                    progress: bool = True, modes: "Sequence[Mode | str] | Sequence[Sequence[Mode | str]] | None" = None,
-                   run_dirs: "Sequence[str | Path] | None" = None) -> list[dict[str, Any]]:
-    """Simulate several runs together (batched matmuls over a leading run axis); one result dict per config.
+                   run_dirs: "Sequence[str | Path] | None" = None, batched: bool | None = None) -> list[dict[str, Any]]:
+    """Simulate several runs together in one process; one result dict per config.
 
     The configs must agree on ``[data] dim``, ``[network] activation, width`` and ``[training] batch, device, dtype,
     ntk_every, checkpoint_every, threads, compile``; everything else (seed, target, richness, bias_std, spectrum,
@@ -598,7 +634,8 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
     each target's own (one list for all runs, or one list per run). With ``out_dir`` the batch checkpoint is
     ``out_dir/checkpoint.pt`` and run ``i`` writes ``mlp.json``/``mlp.npz`` to ``run_dirs[i]`` (default
     ``out_dir/run_<i>``, or ``out_dir`` itself for a single run). ``resume`` continues from the checkpoint (a
-    missing checkpoint starts afresh). Raises :class:`DivergenceError` when a run diverges.
+    missing checkpoint starts afresh). ``batched``: all runs in one set of batched matmuls per step (default: only on
+    CUDA; on a CPU run by run is faster). Raises :class:`DivergenceError` when a run diverges.
     """
     if not cfgs:
         raise MLPError("simulate_batch needs at least one config")
@@ -610,7 +647,7 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
     if run_dirs is not None and len(run_dirs) != len(cfgs):
         raise MLPError(f"got {len(run_dirs)} run_dirs for {len(cfgs)} configs")
     with _threads(cfgs[0].training.threads):
-        sim = _Simulation(specs, out / "checkpoint.pt" if out is not None else None, progress)
+        sim = _Simulation(specs, out / "checkpoint.pt" if out is not None else None, progress, batched)
         if resume and sim.checkpoint is not None and sim.checkpoint.exists():
             sim.load(sim.checkpoint)
         sim.run()

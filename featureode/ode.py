@@ -233,6 +233,8 @@ class System:
                  values: Mapping[str, object] | None = None) -> ExpandedSystem:
         """Write the system out for the mode set ``modes`` in ``dim`` directions.
 
+        For inspection and for checking the indexed form: the expressions grow with the mode set (a closure sums
+        over every mode), so this is meant for a few dozen modes; the solver never uses it.
         With ``values=None`` the inputs stay symbolic (``v[z0]``, ``lam0[z0]``, ``g_0``, ``c_1``, ``K[z0,z1]``,
         ``gamma``, ``kappa``; ``B`` is always the integer order and ``g^β`` the product of the ``g_i``); otherwise
         ``values`` maps input names to arrays/floats as passed to the compiled code.

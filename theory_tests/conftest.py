@@ -1,7 +1,6 @@
-"""Shared test settings: one torch thread, a bounded hypothesis profile, high-precision mpmath oracles."""
+"""Shared test settings: one torch thread and a bounded hypothesis profile (the machine has 2 shared cores)."""
 from __future__ import annotations
 
-import mpmath
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -15,10 +14,3 @@ def _single_thread_torch() -> None:
     import torch
 
     torch.set_num_threads(1)
-
-
-@pytest.fixture
-def mp30():
-    """mpmath at 30 significant digits for the duration of a test."""
-    with mpmath.workdps(30):
-        yield

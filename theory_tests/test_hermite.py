@@ -24,6 +24,7 @@ from featureode.hermite import (Mode, ModeError, hermite_derivative, hermite_eva
 
 z = sp.Symbol("z", real=True)
 ZS = sp.symbols("z0:4", real=True)
+SQ2 = sp.sqrt(2)
 
 
 @lru_cache(maxsize=None)
@@ -251,6 +252,8 @@ def test_polynomial_hand_cases() -> None:
     assert polynomial_to_hermite((z0 + z1) ** 2, zs) == {Mode(): 2, Mode.parse("h2(z0)"): sp.sqrt(2),
                                                          Mode.parse("h2(z1)"): sp.sqrt(2), Mode.parse("z0*z1"): 2}
     assert polynomial_to_hermite(sp.Integer(0), zs) == {}
+    # sqrt(3 + 2 sqrt2) = 1 + sqrt2: a cancellation that expansion alone does not see
+    assert polynomial_to_hermite(sp.sqrt(3 + 2 * SQ2) * z0 - (1 + SQ2) * z0 + z1, zs) == {Mode.parse("z1"): 1}
 
 
 def test_polynomial_hermite_monte_carlo() -> None:

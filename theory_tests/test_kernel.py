@@ -136,6 +136,47 @@ def test_quadrature_matches_monte_carlo_over_neurons(activation, dim, iso, n):
     assert np.all(np.abs(exact - mc) <= 4.5 * se), (exact, mc, se)
 
 
+def _relu_mean_any(k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """m_k for ReLU at any order: m_0, m_1 as above; m_k = (−1)^k He_{k−2}(t) φ(t) / s^{k−1} for k ≥ 2."""
+    if k < 2:
+        return _relu_mean(k, b, s)
+    t = b / s
+    he = np.polynomial.hermite_e.hermeval(t, [0] * (k - 2) + [1])
+    return (-1) ** k * he * np.exp(-t * t / 2) / math.sqrt(2 * math.pi) / s ** (k - 1)
+
+
+def test_gram_against_explicit_per_neuron_projections():
+    """Every Gram entry (off-diagonal couplings included) against Monte Carlo over neurons of the explicit
+    projections A_β, H_β and the vector G_{β·} (no summation over i done by hand, a² sampled)."""
+    g = Spectrum.power_law(6).g
+    modes = [Mode.parse(t) for t in ("1", "z0", "h2(z0)", "h3(z0)", "z0*z1", "z0*h2(z1)", "h2(z1)")]
+    k = gram_matrix(modes, g, "relu", 0.5)
+    rng = np.random.default_rng(5)
+    n = 300_000
+    a = rng.standard_normal(n)
+    wh = rng.standard_normal((n, 6)) * np.sqrt(g)
+    b = 0.5 * rng.standard_normal(n)
+    s = np.sqrt(np.sum(wh**2, axis=1))
+    feats = []
+    for m in modes:
+        p = m.degree
+        mono = np.prod([wh[:, i] ** o for i, o in m.items], axis=0) if m.items else np.ones(n)
+        norm = math.sqrt(m.factorial)
+        G = np.sqrt(g) * (mono[:, None] * wh * _relu_mean_any(p + 2, b, s)[:, None])
+        for i, o in m.items:
+            G[:, i] += math.sqrt(g[i]) * o * mono / wh[:, i] * _relu_mean_any(p, b, s)
+        feats.append(np.concatenate([(mono * _relu_mean_any(p, b, s))[:, None], a[:, None] * G,
+                                     (a * mono * _relu_mean_any(p + 1, b, s))[:, None]], axis=1) / norm)
+    for i in range(len(modes)):
+        for j in range(i, len(modes)):
+            vals = np.sum(feats[i] * feats[j], axis=1)
+            mc, se = vals.mean(), vals.std(ddof=1) / math.sqrt(n)
+            if k[i, j] == 0:
+                assert abs(mc) <= 4.5 * se, (modes[i], modes[j])
+            else:
+                assert abs(k[i, j] - mc) <= 4.5 * se, (modes[i], modes[j], k[i, j], mc, se)
+
+
 @pytest.mark.parametrize("dim", [6, 200])
 def test_closure_constants_isotropic_against_gamma_law(dim):
     """Isotropic g_i = 1/d: |ŵ|² ~ Gamma(d/2, scale 2/d) exactly; scipy double quadrature over (|ŵ|², b).
@@ -315,3 +356,20 @@ def test_exact_vs_hea_figure(tmp_path):
     data = exact_vs_hea_figure(out, dims=(8, 32), max_level=2)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert set(data["panels"]["isotropic"]) == {"z0", "z0*z1", "h2(z0)"}
+
+
+def test_derivation_script_verifies_and_compiles(tmp_path):
+    """derivations/kernel_derivation.py asserts its identities with SymPy and writes LaTeX that compiles."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "derivations" / "kernel_derivation.py"
+    spec = importlib.util.spec_from_file_location("kernel_derivation", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    compile_ = shutil.which("pdflatex") is not None
+    out = mod.main(["--out", str(tmp_path / "k.tex")] + (["--compile"] if compile_ else []))
+    assert r"\Lambda_{3}" in out.read_text()
+    if compile_:
+        assert out.with_suffix(".pdf").stat().st_size > 0

@@ -9,8 +9,8 @@ import pytest
 
 from _ode_theories import extended_theory, make_theory
 from featureode.config import config_from_dict
-from featureode.latex import derive_document, mode_latex, system_latex, tex_text
 from featureode.hermite import Mode
+from featureode.latex import derive_document, mode_latex, system_latex, tex_text
 from featureode.variants import Variant
 
 

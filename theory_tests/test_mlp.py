@@ -31,8 +31,8 @@ def small_cfg(expr: str = "staircase(2)", dim: int = 6, width: int = 256, richne
                              "training": tr})
 
 
-def new_simulation(cfgs, modes=None) -> _Simulation:
-    return _Simulation([RunSpec.build(c, modes) for c in cfgs], None, progress=False)
+def new_simulation(cfgs, modes=None, batched=None) -> _Simulation:
+    return _Simulation([RunSpec.build(c, modes) for c in cfgs], None, progress=False, batched=batched)
 
 
 def perturb(net: MeanFieldBatch, size: float, seed: int = 1) -> None:
@@ -84,16 +84,20 @@ def exact_network(net: MeanFieldBatch, run: int, g: np.ndarray, modes, act: str)
 # ----------------------------------------------------------------------------------------------------------------
 # the SGD step and the NTK
 # ----------------------------------------------------------------------------------------------------------------
-def test_sgd_step_is_sgd_with_rate_eta_gamma2_N():
-    """The written-out step equals autograd SGD on ½ mean (f − y)² with learning rate η γ² N, per run."""
-    cfgs = [small_cfg(richness=0.3, dtype="float64"), small_cfg(richness=0.05, seed=3, dtype="float64")]
-    sim = new_simulation(cfgs)
+@pytest.mark.parametrize("batched", [False, True])
+def test_sgd_step_is_sgd_with_rate_eta_gamma2_N(batched):
+    """The written-out, chunk-accumulated step equals autograd SGD on ½ mean (f − y)² with learning rate η γ² N, per
+    run, both run by run and with all runs in batched matmuls (B = 600: chunks of 200)."""
+    cfgs = [small_cfg(richness=0.3, dtype="float64", batch=600),
+            small_cfg(richness=0.05, seed=3, dtype="float64", batch=600)]
+    sim = new_simulation(cfgs, batched=batched)
     net = sim.net
+    assert net.chunk == 200 and net.batched == batched
     perturb(net, 0.1)
-    x, y = sim._sample()
+    x, y = sim._sample([0, 1])
     eta = torch.tensor([0.7, 0.2], dtype=torch.float64)
     before = {k: v.clone() for k, v in net.params.items()}
-    net.step(x, y, eta)
+    losses = net.step(x, y, eta.tolist(), [0, 1])
     for r in range(2):
         theta = {k: before[k][r].clone().requires_grad_() for k in ("w", "b", "a")}
         u = x[r] @ theta["w"].T + theta["b"]
@@ -101,6 +105,7 @@ def test_sgd_step_is_sgd_with_rate_eta_gamma2_N():
         gamma, width = float(net.gamma[r]), net.width
         f = (net.act(u) @ theta["a"] - net.act(u0) @ before["a0"][r]) / (gamma * width)
         loss = 0.5 * ((f - y[r]) ** 2).mean()
+        assert losses[r] == pytest.approx(float(loss), rel=1e-12)
         grads = torch.autograd.grad(loss, list(theta.values()))
         for (k, p), gr in zip(theta.items(), grads):
             expect = p.detach() - float(eta[r]) * gamma**2 * width * gr
@@ -313,6 +318,20 @@ def test_batched_runs_equal_single_runs():
         assert single["t"] == b["t"] and single["steps"] == b["steps"]
         np.testing.assert_allclose(single["loss"], b["loss"], rtol=1e-5)
         np.testing.assert_allclose(single["f"], b["f"], rtol=1e-4, atol=1e-6)
+
+
+def test_batched_matmul_layout_equals_run_by_run():
+    """The GPU layout (all runs in one bmm, finished runs frozen with η = 0) gives the run-by-run trajectories."""
+    cfgs = [small_cfg(t_max=5.0), small_cfg(expr="z0", richness=0.1, seed=2, t_max=5.0, eta_safety=0.3)]
+    out = []
+    for batched in (False, True):
+        sim = new_simulation(cfgs, batched=batched)
+        sim.run()
+        out.append([sim.result(i) for i in range(2)])
+    for a, b in zip(*out):
+        assert a["t"] == b["t"] and a["steps"] == b["steps"]
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
+        np.testing.assert_allclose(a["f"], b["f"], rtol=1e-4, atol=1e-6)
 
 
 def test_batch_rejects_incompatible_configs():
