@@ -208,7 +208,7 @@ def test_lazy_limit_follows_the_kernel_flow():
     """γ = 0.01: the in-support loss follows the kernel flow Σ v_β² e^{−2 λ_β t}/Σ v_β² with the exact init
     eigenvalues, |log ratio| ≤ 0.08 wherever the flow is above 0.05, and the test loss has t50 within 6%.
 
-    (The test loss itself departs from the flow late, by ~30% at L/L(0) ≈ 0.1 here: the kernel also feeds modes outside
+    (The test loss itself departs from the flow late, by about a third at L/L(0) ≈ 0.1 here: the kernel also feeds modes outside
     the target's support, which only the extended basis of DESIGN §4 captures; finite width N = 1024 moves λ_β by a
     few per cent.)
     """

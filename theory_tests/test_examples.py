@@ -1,0 +1,94 @@
+"""The examples run as written (at reduced size where they train a network), and the main job works end to end."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from featureode.cli import main
+from featureode.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+TOMLS = sorted(EXAMPLES.glob("*.toml"))
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("path", TOMLS, ids=[p.stem for p in TOMLS])
+def test_example_config_solves(path, tmp_path):
+    """Every example config loads and every variant it lists integrates to t_max with finite values."""
+    assert main(["solve", str(path), "--out", str(tmp_path)]) == 0
+    ode = json.loads((tmp_path / "ode.json").read_text())
+    cfg = load_config(path)
+    assert len(ode["variants"]) >= len(cfg.ode.variants)
+    for name, v in ode["variants"].items():
+        assert "error" not in v, name
+        assert v["t"][-1] == pytest.approx(cfg.training.t_max)
+        assert np.all(np.isfinite(v["loss"])) and v["loss"][0] == pytest.approx(1.0)
+
+
+def test_ablation_example_is_consistent(tmp_path):
+    """In examples/ablation.toml, removing eigen_growth must give back the lazy curve exactly (same equations)."""
+    assert main(["solve", str(EXAMPLES / "ablation.toml"), "--out", str(tmp_path)]) == 0
+    v = json.loads((tmp_path / "ode.json").read_text())["variants"]
+    np.testing.assert_allclose(v["no_growth"]["loss"], v["lazy"]["loss"], rtol=1e-6, atol=1e-12)
+    assert v["displacement"]["t10"] < v["lazy"]["t10"]
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed")
+def test_latex_export_of_ablation_compiles(tmp_path):
+    tex = tmp_path / "ablation.tex"
+    assert main(["derive", str(EXAMPLES / "ablation.toml"), "--latex", str(tex)]) == 0
+    body = tex.read_text()
+    for name in ("no_growth", "agop_fixed_kappa", "squared_growth"):
+        assert name.replace("_", r"\_") in body
+    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", tex.name], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:]
+
+
+def test_stages_example(tmp_path):
+    times = _load_script("stages").main(tmp_path)
+    assert (tmp_path / "stages.tex").exists()
+    assert times["displacement"] < times["displacement-no-eigen_growth"]
+
+
+def test_custom_closure_example(tmp_path):
+    out = _load_script("custom_closure").main(None, out_dir=tmp_path)
+    assert set(out) == {"displacement", "exp_displacement"}
+    assert (tmp_path / "custom_closure.tex").exists()
+    # exp(x) ≥ 1 + x: the compounding closure grows features at least as fast, so it learns no later
+    assert out["exp_displacement"]["t50"] <= out["displacement"]["t50"] * (1 + 1e-6)
+
+
+def test_compare_end_to_end_reduced(tmp_path):
+    """The main job's path at reduced size: report.json schema, report.md, report.png, and the MLP cache reuse."""
+    cfg_path = tmp_path / "small.toml"
+    cfg_path.write_text((ROOT / "featureode" / "defaults" / "default.toml").read_text()
+                        .replace("width = 1024", "width = 128").replace("batch = 2048", "batch = 256")
+                        .replace("t_max = 300.0", "t_max = 20.0")
+                        .replace("seed = 0", "seed = 0\nn_test = 2000\nn_points = 12\nntk_probe = 64"))
+    small = load_config(cfg_path)
+    assert small.network.width == 128 and small.training.n_test == 2000
+    out = tmp_path / "out"
+    assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert set(rep["mlp"]) >= {"t", "loss", "t50", "t10"}
+    assert set(rep["variants"]) == set(small.ode.variants)
+    for v in rep["variants"].values():
+        assert set(v) >= {"t", "loss", "t50", "t10", "t50_ratio", "t10_ratio", "log_rms"}
+    assert (out / "report.png").stat().st_size > 10_000 and "| displacement |" in (out / "report.md").read_text()
+    stamp = (out / "mlp.json").stat().st_mtime_ns
+    assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
+    assert (out / "mlp.json").stat().st_mtime_ns == stamp  # the finished simulation was reused
