@@ -65,6 +65,7 @@ class TrainingConfig:
     checkpoint_every: int = 2000
     threads: int = 0              # 0 → torch default
     compile: bool = True          # torch.compile the SGD step and measurement kernel (eager fallback)
+    stop_loss: float = 0.0        # stop once the test loss L/L(0) ≤ stop_loss at a measurement (0: run to t_max)
 
 
 @dataclass
@@ -203,6 +204,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"[training] t_max must be > 0, got {t.t_max}")
     if t.device not in ("auto", "cpu", "cuda") and not t.device.startswith("cuda:"):
         raise ConfigError(f"[training] device must be 'auto', 'cpu' or 'cuda[:k]', got {t.device!r}")
+    if not 0 <= t.stop_loss < 1:
+        raise ConfigError(f"[training] stop_loss must be in [0, 1) (a floor on L/L(0); 0 disables it), got {t.stop_loss}")
     if t.dtype not in ("float32", "float64"):
         raise ConfigError(f"[training] dtype must be 'float32' or 'float64', got {t.dtype!r}")
     if cfg.ode.eigenvalues not in ("exact", "hea"):

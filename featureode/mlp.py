@@ -503,7 +503,8 @@ class _Simulation:
             if land:
                 self._record(i)
                 run.next_index += 1
-                if run.next_index == len(times):
+                floor = self.specs[i].cfg.training.stop_loss
+                if run.next_index == len(times) or run.records["loss"][-1] <= floor * run.records["loss"][0]:
                     run.active, run.complete = False, True
             if run.active and run.steps >= self.specs[i].cfg.training.max_steps:
                 self._stop_early(i)

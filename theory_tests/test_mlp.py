@@ -309,6 +309,16 @@ def test_unreachable_t_max_stops_and_says_so():
     assert res["t"][-1] == res["reached_t"] and res["steps"][-1] == 15
 
 
+def test_stop_loss_ends_the_run_at_the_first_measurement_below_the_floor():
+    full = simulate_config(small_cfg(expr="z0", t_max=40.0, n_points=20), progress=False)
+    stopped = simulate_config(small_cfg(expr="z0", t_max=40.0, n_points=20, stop_loss=0.3), progress=False)
+    ratio = np.asarray(full["loss_ratio"])
+    k = int(np.argmax(ratio <= 0.3))
+    assert 0 < k < len(ratio) - 1, "the floor must be crossed strictly inside the full run"
+    assert stopped["complete"] and stopped["t"] == full["t"][:k + 1]
+    assert stopped["loss"] == full["loss"][:k + 1]  # same seed: the same trajectory, cut after the crossing
+
+
 def test_batched_runs_equal_single_runs():
     """A run's trajectory does not depend on the batch it trains in (own clock, step size and samples)."""
     cfgs = [small_cfg(t_max=6.0), small_cfg(expr="z0*z1", richness=0.1, seed=2, t_max=6.0, eta_safety=0.3)]
