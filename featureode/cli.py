@@ -91,7 +91,13 @@ def _config(path: str | None) -> Any:
 def cmd_kernel(args: argparse.Namespace) -> int:
     from .kernel import kernel_report
 
-    rep = kernel_report(_config(args.config))
+    cfg = _config(args.config)
+    rep = kernel_report(cfg)
+    if args.hea_figure:
+        from .kernel import exact_vs_hea_figure
+
+        exact_vs_hea_figure(args.hea_figure, cfg.network.activation, cfg.network.bias_std,
+                            exponent=cfg.data.exponent, offset=cfg.data.offset)
     if args.json:
         _print_json(rep)
         return 0
@@ -132,7 +138,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from .mlp import simulate_config
 
     cfg = _config(args.config)
-    _guard_out(args.out, cfg, args.force, resume=args.resume)
+    _guard_out(args.out, cfg, args.force)
     res = simulate_config(cfg, args.out, resume=args.resume, progress=not args.quiet)
     print(f"MLP: t50 = {_fmt(res.get('t50'))}   t10 = {_fmt(res.get('t10'))}")
     print(f"wrote {Path(args.out) / 'mlp.json'}")
@@ -143,7 +149,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare_config
 
     cfg = _config(args.config)
-    _guard_out(args.out, cfg, args.force, resume=True)
+    _guard_out(args.out, cfg, args.force)
     report = compare_config(cfg, args.out, progress=not args.quiet)
     print(Path(args.out, "report.md").read_text())
     return 0 if report else 1
@@ -161,7 +167,7 @@ def _fmt(x: Any) -> str:
     return "not reached" if x is None else f"{x:.4g}"
 
 
-def _guard_out(out: str, cfg: Any, force: bool, resume: bool = False) -> None:
+def _guard_out(out: str, cfg: Any, force: bool) -> None:
     """Refuse an output folder that holds results of a different config unless ``--force``."""
     from .compare import guard_output_dir
 
@@ -197,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     k = add("kernel", cmd_kernel, "init NTK eigenvalues (exact and HEA) and closure constants of a config")
     k.add_argument("config", nargs="?", default=None, help="TOML config (default: the built-in example)")
     k.add_argument("--json", action="store_true")
+    k.add_argument("--hea-figure", metavar="PNG", help="also plot HEA/exact per level for d = 8, 32, 128 (isotropic "
+                   "and the config's power law) with the config's activation and bias_std")
 
     dv = add("derive", cmd_derive, "standalone LaTeX document of the ODE system of a config")
     dv.add_argument("config", nargs="?", default=None)

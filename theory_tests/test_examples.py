@@ -92,3 +92,27 @@ def test_compare_end_to_end_reduced(tmp_path):
     stamp = (out / "mlp.json").stat().st_mtime_ns
     assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
     assert (out / "mlp.json").stat().st_mtime_ns == stamp  # the finished simulation was reused
+
+
+def test_validate_suite_runs_caches_and_summarises(tmp_path, monkeypatch):
+    """A two-case suite through the CLI: summary table, acceptance verdicts, and a rerun that reuses every case."""
+    from featureode import compare
+
+    tiny = {"description": "two tiny cases",
+            "base": {"data": {"exponent": 1.5, "offset": 3.0},
+                     "network": {"activation": "relu", "width": 64, "bias_std": 0.5},
+                     "training": {"batch": 128, "seed": 0, "n_test": 1000, "n_points": 8, "ntk_probe": 32,
+                                  "compile": False, "threads": 1},
+                     "ode": {"variants": ["lazy", "displacement"]}},
+            "cases": compare._grid(["z0"], [0.005, 0.5], [4], {}, 4),
+            "t_max_factor": 1.0, "t_max_cap": 50.0}
+    monkeypatch.setitem(compare.SUITES, "tiny", tiny)
+    out = tmp_path / "suite"
+    assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"z0_d4_g0.005", "z0_d4_g0.5"}
+    assert "lazy" in summary["z0_d4_g0.005"]["accepted"] and "lazy" not in summary["z0_d4_g0.5"]["accepted"]
+    assert "| z0_d4_g0.005 |" in (out / "summary.md").read_text()
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")}
+    assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")} == stamps
