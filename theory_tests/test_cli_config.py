@@ -129,3 +129,22 @@ def test_output_dir_guard(tmp_path):
     with pytest.raises(FileExistsError, match=r"\[network\] richness"):
         guard_output_dir(tmp_path, other)
     guard_output_dir(tmp_path, other, force=True)
+
+
+def test_kernel_json_contract(capsys, tmp_path):
+    """`featureode kernel CONFIG --json` (DESIGN §6): the listed keys, the target's modes, HEA = Λ_{|β|} g^β with g
+    written out by hand, the DESIGN ReLU values Λ_1, Λ_2 ≈ 0.694, 0.412 (σ_b = 0.5), κ = γ² c_1/Λ_1²."""
+    path = tmp_path / "k.toml"
+    path.write_text('[data]\ndim = 4\n\n[target]\nexpr = "z0*z1 + z2"\n\n'
+                    '[network]\nactivation = "relu"\nbias_std = 0.5\nrichness = 0.3\n')
+    out = run_json(capsys, "kernel", str(path), "--json")
+    assert {"modes", "exact", "exact_stderr", "hea", "c", "level_coefficients"} <= set(out)
+    assert out["modes"] == ["z2", "z0*z1"]
+    assert out["exact_stderr"] == [0.0, 0.0] and all(e > 0 for e in out["exact"])
+    raw = np.array([(i + 3.0) ** -1.5 for i in range(4)])
+    g = raw / raw.sum()
+    lam = out["level_coefficients"]
+    assert len(lam) == 3 and lam[1:] == pytest.approx([0.694, 0.412], abs=5e-4)  # Λ_0 … Λ_{max degree}
+    assert out["hea"] == pytest.approx([lam[1] * g[2], lam[2] * g[0] * g[1]], rel=1e-13)
+    assert len(out["c"]) == len(lam) and all(c > 0 for c in out["c"])
+    assert out["kappa"] == pytest.approx(0.3**2 * out["c"][1] / lam[1] ** 2, rel=1e-13)

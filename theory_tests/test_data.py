@@ -40,6 +40,16 @@ def test_power_law_defaults_and_unnormalised() -> None:
     np.testing.assert_allclose(Spectrum.power_law(4, 1, 2, normalize=False).g, [1 / 2, 1 / 3, 1 / 4, 1 / 5])
 
 
+def test_power_law_beyond_exact_dimension_is_float_only() -> None:
+    """d = 100 (above the exact-form limit): the same power law in floats, normalised, no exact form claimed."""
+    spec = Spectrum.power_law(100, exponent=1.5, offset=3.0)
+    raw = np.array([(i + 3.0) ** -1.5 for i in range(100)])
+    np.testing.assert_allclose(spec.g, raw / raw.sum(), rtol=1e-13)
+    assert spec.exact is None and abs(spec.g.sum() - 1) < 1e-13
+    np.testing.assert_allclose(Spectrum.power_law(100, 1.0, 2.0, normalize=False).g, 1 / np.arange(2.0, 102.0),
+                               rtol=1e-15)
+
+
 def test_from_eigenvalues_sorts_and_keeps_exact() -> None:
     spec = Spectrum.from_eigenvalues(["1/8", "1/2", 1, "1/4"])
     assert spec.exact == (1, sp.Rational(1, 2), sp.Rational(1, 4), sp.Rational(1, 8))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,17 @@ from featureode.config import load_config
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 TOMLS = sorted(EXAMPLES.glob("*.toml"))
+
+
+def _first_crossing(t: np.ndarray, y: np.ndarray, level: float) -> float | None:
+    """DESIGN §5: first time y ≤ level, log y interpolated linearly in t between the bracketing samples."""
+    for k in range(len(y)):
+        if y[k] <= level:
+            if k == 0:
+                return float(t[0])
+            a, b = math.log(y[k - 1]), math.log(y[k])
+            return float(t[k - 1] + (math.log(level) - a) / (b - a) * (t[k] - t[k - 1]))
+    return None
 
 
 def _load_script(name: str):
@@ -89,6 +101,22 @@ def test_compare_end_to_end_reduced(tmp_path):
     for v in rep["variants"].values():
         assert set(v) >= {"t", "loss", "t50", "t10", "t50_ratio", "t10_ratio", "log_rms"}
     assert (out / "report.png").stat().st_size > 10_000 and "| displacement |" in (out / "report.md").read_text()
+    # the metrics of DESIGN §5 recomputed by hand from the curves in the report (the MLP curve is the test loss)
+    mlp = json.loads((out / "mlp.json").read_text())
+    t_m, l_m = np.asarray(rep["mlp"]["t"]), np.asarray(rep["mlp"]["loss"])
+    np.testing.assert_allclose(l_m, np.asarray(mlp["loss"]) / mlp["loss"][0], rtol=1e-12)
+    mlp_t50 = _first_crossing(t_m, l_m, 0.5)
+    assert rep["mlp"]["t50"] is None if mlp_t50 is None else rep["mlp"]["t50"] == pytest.approx(mlp_t50, rel=1e-12)
+    for v in rep["variants"].values():
+        t_o, l_o = np.asarray(v["t"]), np.asarray(v["loss"])
+        assert l_o[0] == 1.0
+        for key, level in (("t50", 0.5), ("t10", 0.1)):
+            ode_t, mlp_t = _first_crossing(t_o, l_o, level), _first_crossing(t_m, l_m, level)
+            assert v[key] is None if ode_t is None else v[key] == pytest.approx(ode_t, rel=1e-12)
+            assert v[f"{key}_ratio"] == (None if ode_t is None or mlp_t is None else pytest.approx(ode_t / mlp_t))
+        mask = (l_m > 1e-2) & (t_m > 0) & (t_m <= t_o[-1])
+        diff = np.interp(t_m[mask], t_o, np.log(l_o)) - np.log(l_m[mask])
+        assert v["log_rms"] == pytest.approx(math.sqrt(np.mean(diff**2)), rel=1e-9)
     stamp = (out / "mlp.json").stat().st_mtime_ns
     assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
     assert (out / "mlp.json").stat().st_mtime_ns == stamp  # the finished simulation was reused

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
+from scipy.optimize import brentq
 
 from _ode_theories import TARGETS, extended_theory, make_theory, theory_from_modes
 from featureode import kernel
@@ -29,6 +30,11 @@ def test_lazy_closure_matches_analytic_solution(eigenvalues):
     np.testing.assert_allclose(sol.lam, np.broadcast_to(lam, sol.lam.shape), rtol=1e-12)
     loss = np.sum(theory.target**2 * np.exp(-2 * np.outer(sol.t, lam)), axis=1) / np.sum(theory.target**2)
     np.testing.assert_allclose(sol.loss, loss, atol=1e-6)
+    # t50, t10: roots of the analytic L(t)/L(0) = Σ v² e^{−2λt}/Σ v² − level, found by brentq
+    for level, t_cross in ((0.5, sol.t50), (0.1, sol.t10)):
+        ref = brentq(lambda t: np.sum(theory.target**2 * np.exp(-2 * lam * t)) / np.sum(theory.target**2) - level,
+                     0.0, 2e3, xtol=1e-12, rtol=1e-14)
+        assert t_cross == pytest.approx(ref, rel=1e-5), level
 
 
 @pytest.mark.parametrize("mode, order", [("z0", 1), ("h2(z0)", 2)])
@@ -55,6 +61,13 @@ def test_every_closure_reaches_t_max_with_finite_values(target):
         for arr in (sol.f, sol.D, sol.lam, sol.r, sol.s, sol.loss):
             assert np.all(np.isfinite(arr))
         assert sol.loss[0] == 1.0 and sol.loss[-1] < sol.loss[0]
+        # target basis: df_β/dt = λ_β(t)(v_β − f_β) with λ_β(t) = λ_β(0) s Π r_i^{β_i} > 0 (r_i, s ≥ 1), so each
+        # f_β moves monotonically from 0 towards v_β without overshoot and the loss never increases (up to the
+        # integration error, ~10 × the solver's rtol = 1e-8, once f_β has converged)
+        assert np.all(sol.lam >= theory.lambda_exact * (1 - 1e-12)) and np.all(sol.r >= 1 - 1e-12)
+        frac = sol.f / theory.target
+        assert np.all(frac >= -1e-7) and np.all(frac <= 1 + 1e-7) and np.all(np.diff(frac, axis=0) >= -1e-7)
+        assert np.all(np.diff(sol.loss) <= 1e-10)
 
 
 def test_extended_basis_reaches_t_max_and_couples_modes():
