@@ -148,3 +148,29 @@ def test_kernel_json_contract(capsys, tmp_path):
     assert out["hea"] == pytest.approx([lam[1] * g[2], lam[2] * g[0] * g[1]], rel=1e-13)
     assert len(out["c"]) == len(lam) and all(c > 0 for c in out["c"])
     assert out["kappa"] == pytest.approx(0.3**2 * out["c"][1] / lam[1] ** 2, rel=1e-13)
+
+
+def test_acceptance_bands_and_lazy_rule():
+    from featureode.compare import Case, acceptance
+
+    def report(r50, r10, lazy50):
+        return {"variants": {"displacement": {"t50_ratio": r50, "t10_ratio": r10},
+                             "lazy": {"t50_ratio": lazy50, "t10_ratio": None}}}
+
+    lazy, rich = Case("a", {"network": {"richness": 0.005}}), Case("b", {"network": {"richness": 0.5}})
+    # 1.22 is inside issue 6's t50 band [0.85, 1.25] but outside the prototype's [0.93, 1.20]
+    assert acceptance(rich, report(1.22, 1.0, 2.0)) == {"displacement": True, "displacement_prototype": False}
+    assert acceptance(rich, report(0.84, 1.0, 1.0))["displacement"] is False
+    assert acceptance(rich, report(1.0, 1.31, 1.0))["displacement"] is False
+    assert acceptance(rich, report(1.0, None, 1.0))["displacement"] is None
+    assert acceptance(lazy, report(1.0, 1.0, 1.09))["lazy"] is True
+    assert acceptance(lazy, report(1.0, 1.0, 0.89))["lazy"] is False
+
+
+def test_ode_in_support_loss_leaves_out_extended_modes():
+    from featureode.compare import ode_in_support_loss
+
+    ode = {"target": [0.6, 0.8, 0.0]}  # third mode: an extended-basis mode outside the target's support
+    f = np.array([[0.0, 0.0, 0.0], [0.3, 0.4, 0.5], [0.6, 0.8, -0.2]])
+    # by hand: (0.36 + 0.64)/1, (0.09 + 0.16)/1, 0
+    np.testing.assert_allclose(ode_in_support_loss(ode, {"f": f.tolist()}), [1.0, 0.25, 0.0], atol=1e-15)
