@@ -13,7 +13,6 @@ are compared; the ODE's loss on the target basis is an in-support loss by constr
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,27 +21,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from .config import Config, config_from_dict
+from .metrics import crossing_time, in_support_loss
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # metrics
 # ----------------------------------------------------------------------------------------------------------------
-def crossing_time(t: Sequence[float], ratio: Sequence[float], level: float) -> float | None:
-    """First time ``ratio(t) ≤ level``, interpolating ``log ratio`` linearly in ``t`` between samples."""
-    t, r = np.asarray(t, float), np.asarray(ratio, float)
-    below = np.nonzero(r <= level)[0]
-    if below.size == 0:
-        return None
-    k = int(below[0])
-    if k == 0:
-        return float(t[0])
-    r0, r1 = max(r[k - 1], 1e-300), max(r[k], 1e-300)
-    if r0 == r1:
-        return float(t[k])
-    frac = (math.log(level) - math.log(r0)) / (math.log(r1) - math.log(r0))
-    return float(t[k - 1] + frac * (t[k] - t[k - 1]))
-
-
 def interp_log(t_new: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``y(t_new)`` interpolating ``log y`` linearly in ``t`` (``y > 0``); NaN outside ``[t_0, t_end]``."""
     t, y = np.asarray(t, float), np.asarray(y, float)
@@ -139,16 +123,6 @@ def _json_default(o: Any) -> Any:
 # ----------------------------------------------------------------------------------------------------------------
 # the comparison
 # ----------------------------------------------------------------------------------------------------------------
-def ode_in_support_loss(ode: dict, variant: dict) -> np.ndarray:
-    """``Σ_{β ∈ supp v} (v_β − f_β)² / Σ_β v_β²`` of an ODE solution: its loss restricted to the target's modes
-    (equal to its loss on the target basis; on an extended basis the other modes are left out, as in the MLP's
-    in-support loss)."""
-    v = np.asarray(ode["target"], float)
-    f = np.asarray(variant["f"], float)
-    support = v != 0
-    return np.sum((v[support] - f[:, support]) ** 2, axis=1) / np.sum(v[support] ** 2)
-
-
 def build_report(cfg: Config, ode: dict, mlp: dict) -> dict:
     """``report.json`` content (DESIGN §6) from the ODE and MLP results of one config."""
     t_m = np.asarray(mlp["t"], float)
@@ -166,7 +140,9 @@ def build_report(cfg: Config, ode: dict, mlp: dict) -> dict:
                               "log_rms": None, "in_support": {}, "error": v.get("error", "no solution")}
             continue
         met = curve_metrics(v["t"], v["loss"], t_m, test)
-        ins = curve_metrics(v["t"], ode_in_support_loss(ode, v), t_m, insup)
+        # the ODE's loss on the target's modes only (on an extended basis the other modes are left out, as in the
+        # MLP's in-support loss)
+        ins = curve_metrics(v["t"], in_support_loss(v["f"], ode["target"]), t_m, insup)
         variants[name] = {"t": list(v["t"]), "loss": normalised(v["loss"]).tolist(), **met,
                           "in_support": {k: ins[k] for k in ("t50_ratio", "t10_ratio", "log_rms")}}
         if v.get("error"):

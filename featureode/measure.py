@@ -23,7 +23,6 @@ over test-set chunks (:class:`ChunkSums`); :func:`finish_measurement` turns them
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -138,27 +137,3 @@ def measurement_times(t_min: float, t_max: float, n_points: int) -> np.ndarray:
     grid = np.geomspace(t_min, t_max, n_points)
     grid[-1] = t_max
     return np.concatenate([[0.0], grid])
-
-
-def crossing_time(t: Sequence[float], ratio: Sequence[float], level: float) -> float | None:
-    """First time ``ratio(t) ≤ level``, interpolating ``log ratio`` linearly in ``t`` between the two samples that
-    bracket the crossing (DESIGN §5: ``t50``, ``t10``); ``None`` when the curve never gets there."""
-    t_arr, r_arr = np.asarray(t, float), np.asarray(ratio, float)
-    below = np.nonzero(r_arr <= level)[0]
-    if below.size == 0:
-        return None
-    k = int(below[0])
-    if k == 0:
-        return float(t_arr[0])
-    r0, r1 = max(r_arr[k - 1], 1e-300), max(r_arr[k], 1e-300)
-    if r0 == r1:
-        return float(t_arr[k])
-    frac = (math.log(level) - math.log(r0)) / (math.log(r1) - math.log(r0))
-    return float(t_arr[k - 1] + frac * (t_arr[k] - t_arr[k - 1]))
-
-
-def in_support_loss(f: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``Σ_β (v_β − f_β)² / Σ_β v_β²`` over the target's support (``v`` ≠ 0), for ``f`` of shape (..., M)."""
-    support = np.asarray(v) != 0
-    v_s = np.asarray(v, float)[support]
-    return ((np.asarray(f, float)[..., support] - v_s) ** 2).sum(-1) / float((v_s**2).sum())

@@ -62,8 +62,8 @@ from .activations import get_activation
 from .config import Config
 from .data import Spectrum
 from .hermite import Mode
-from .measure import (ChunkSums, Measurement, TestSet, crossing_time, finish_measurement, in_support_loss,
-                      make_test_set, measurement_times)
+from .measure import ChunkSums, Measurement, TestSet, finish_measurement, make_test_set, measurement_times
+from .metrics import crossing_time, in_support_loss
 from .targets import Target
 
 MLP_SECTIONS = ("data", "target", "network", "training")

@@ -19,7 +19,8 @@ from featureode import kernel
 from featureode.activations import get_activation
 from featureode.config import config_from_dict
 from featureode.hermite import Mode
-from featureode.measure import crossing_time, make_test_set
+from featureode.measure import make_test_set
+from featureode.metrics import crossing_time
 from featureode.mlp import (DivergenceError, MeanFieldBatch, MLPError, RunSpec, _Simulation, simulate_batch,
                             simulate_config, stream)
 
