@@ -144,3 +144,14 @@ def test_validate_suite_runs_caches_and_summarises(tmp_path, monkeypatch):
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")}
     assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")} == stamps
+
+
+def test_readme_python_example_runs(monkeypatch, capsys):
+    """The README's Python block runs as written (from the repository root)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    exec(compile(block, "README.md", "exec"), {})
+    last = capsys.readouterr().out.strip().splitlines()[-1].split()
+    t50, t10 = map(float, last)
+    assert 0 < t50 < t10
