@@ -155,3 +155,19 @@ def test_readme_python_example_runs(monkeypatch, capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1].split()
     t50, t10 = map(float, last)
     assert 0 < t50 < t10
+
+
+def test_compare_reports_an_mlp_that_ran_out_of_steps(tmp_path):
+    """A t_max the MLP cannot reach within max_steps: the run stops, and the report says where it stopped."""
+    cfg_path = tmp_path / "short.toml"
+    cfg_path.write_text((ROOT / "featureode" / "defaults" / "default.toml").read_text()
+                        .replace("width = 1024", "width = 64").replace("batch = 2048", "batch = 128")
+                        .replace('basis = "extended"', 'basis = "target"')
+                        .replace("seed = 0", "seed = 0\nn_test = 1000\nn_points = 10\nntk_probe = 32\nmax_steps = 5\n"
+                                             "compile = false"))
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match="not reached within max_steps = 5"):
+        assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["mlp"]["complete"] is False and rep["mlp"]["reached_t"] < 300.0
+    assert f"MLP stopped early at t = {rep['mlp']['reached_t']:.4g}" in (out / "report.md").read_text()
