@@ -1,6 +1,8 @@
 """featureode: symbolic-numeric feature ODE for two-layer MLPs on anisotropic Gaussian data.
 
 Pipeline (imports point one way): ``hermite`` → ``activations``/``targets`` (with ``data``) → ``kernel`` → ``ode``
-→ ``compile``/``solve``; ``mlp`` beside them; ``compare`` and ``cli`` on top. See ``../shared/DESIGN.md`` for notation.
+(``ode``, ``indexed``, ``variants``) → ``compile``/``solve``/``latex``; ``mlp``/``measure`` beside them; ``config``
+above ``activations``/``data``/``targets``; ``metrics`` a NumPy-only leaf; ``compare`` and ``cli`` on top.
+See ``../shared/DESIGN.md`` for notation.
 """
 __version__ = "0.1.0"

@@ -51,6 +51,7 @@ class Coefficient:
 
     @property
     def latex(self) -> str | None:
+        """LaTeX of the exact expression (``None`` when only a float exists)."""
         return sp.latex(self.exact) if self.exact is not None else None
 
 
@@ -81,6 +82,7 @@ class Activation:
     # exact --------------------------------------------------------------------------------------------------------
     @property
     def is_exact(self) -> bool:
+        """Whether ``m_0(b, s)`` has a closed form (else every coefficient comes from quadrature)."""
         return self.mean0 is not None
 
     def mean_expr(self, k: int) -> sp.Expr | None:
@@ -411,12 +413,6 @@ def _builtin() -> dict[str, Activation]:
 
 
 ACTIVATIONS: dict[str, Activation] = _builtin()
-
-
-def register(act: Activation) -> Activation:
-    """Add an activation to the registry (replaces one of the same name)."""
-    ACTIVATIONS[act.name] = act
-    return act
 
 
 def from_expression(text: "str | sp.Expr", name: str | None = None, precision: int = 30) -> Activation:

@@ -31,6 +31,7 @@ def _json_default(o: Any) -> Any:
 # foundation commands
 # ----------------------------------------------------------------------------------------------------------------
 def cmd_hermite(args: argparse.Namespace) -> int:
+    """``featureode hermite``: ``μ_n = E[σ(s ξ + b) h_n(ξ)]``, ``n = 0 … max_degree``, of an activation."""
     from .activations import get_activation
 
     act = get_activation(args.activation)
@@ -53,6 +54,7 @@ def cmd_hermite(args: argparse.Namespace) -> int:
 
 
 def cmd_decompose(args: argparse.Namespace) -> int:
+    """``featureode decompose``: modes ``α`` and coefficients ``v_α`` of ``f* = Σ_α v_α h_α(z)``."""
     import sympy as sp
 
     from .data import Spectrum
@@ -89,6 +91,7 @@ def _config(path: str | None) -> Any:
 
 
 def cmd_kernel(args: argparse.Namespace) -> int:
+    """``featureode kernel``: exact and HEA ``λ_β(0)`` of the target's modes, ``Λ_l`` and ``c_l``."""
     from .kernel import kernel_report
 
     cfg = _config(args.config)
@@ -103,13 +106,15 @@ def cmd_kernel(args: argparse.Namespace) -> int:
         return 0
     print(f"{'mode':<16} {'exact λ(0)':>14} {'± stderr':>10} {'HEA':>12} {'HEA/exact':>10}")
     for m, e, s, h in zip(rep["modes"], rep["exact"], rep["exact_stderr"], rep["hea"]):
-        print(f"{m:<16} {e:>14.6g} {s:>10.2g} {h:>12.6g} {h / e:>10.3f}")
+        ratio = f"{h / e:>10.3f}" if e != 0 else f"{'—':>10}"
+        print(f"{m:<16} {e:>14.6g} {s:>10.2g} {h:>12.6g} {ratio}")
     print("Λ_l (HEA level coefficients):", ", ".join(f"{x:.6g}" for x in rep["level_coefficients"]))
     print("c_l (displacement constants):", ", ".join(f"{x:.6g}" for x in rep["c"]))
     return 0
 
 
 def cmd_derive(args: argparse.Namespace) -> int:
+    """``featureode derive``: the LaTeX document of the config's ODE family."""
     from .latex import derive_document
 
     text = derive_document(_config(args.config))
@@ -123,6 +128,7 @@ def cmd_derive(args: argparse.Namespace) -> int:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    """``featureode solve``: integrate every ODE variant; writes ``DIR/ode.json``."""
     from .solve import solve_config
 
     cfg = _config(args.config)
@@ -135,6 +141,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    """``featureode simulate``: train the reference MLP; writes ``DIR/mlp.json``."""
     from .mlp import simulate_config
 
     cfg = _config(args.config)
@@ -146,6 +153,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``; exit status 1 when no report."""
     from .compare import compare_config
 
     cfg = _config(args.config)
@@ -156,6 +164,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """``featureode validate``: run a named suite; writes ``DIR/summary.*``."""
     from .compare import run_suite
 
     run_suite(args.suite, args.out, jobs=args.jobs, progress=not args.quiet, force=args.force)
@@ -176,6 +185,7 @@ def _guard_out(out: str, cfg: Any, force: bool) -> None:
 
 # ----------------------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (DESIGN §6)."""
     p = argparse.ArgumentParser(prog="featureode", description=__doc__.split("\n")[0])
     p.add_argument("--traceback", action="store_true", help="show Python tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -232,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; bad input gives ``featureode: error: …`` on stderr and exit status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

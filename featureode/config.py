@@ -9,6 +9,7 @@ import copy
 import difflib
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -25,6 +26,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class DataConfig:
+    """``[data]``: power-law spectrum ``g_i ∝ (i + offset)^(−exponent)``, or explicit eigenvalues/covariance."""
     dim: int = 16
     exponent: float = 1.5
     offset: float = 3.0
@@ -34,12 +36,14 @@ class DataConfig:
 
 @dataclass
 class TargetConfig:
+    """``[target]``: the target expression ``f*`` and whether to normalise it to unit variance."""
     expr: str = ""
     normalize: bool = True
 
 
 @dataclass
 class NetworkConfig:
+    """``[network]``: activation σ, width N, richness γ, bias scale σ_b, parametrization."""
     activation: str = "relu"
     width: int = 1024
     richness: float = 0.5
@@ -49,6 +53,7 @@ class NetworkConfig:
 
 @dataclass
 class TrainingConfig:
+    """``[training]``: SGD, step-size rule, measurement and run-time settings of the MLP."""
     batch: int = 2048
     t_max: float = 1000.0
     seed: int = 0
@@ -70,6 +75,7 @@ class TrainingConfig:
 
 @dataclass
 class ODEConfig:
+    """``[ode]``: variants, ``λ_β(0)`` (exact/hea), mode set, solver and code-generation settings."""
     variants: list = field(default_factory=lambda: ["lazy", "displacement"])
     eigenvalues: str = "exact"    # "exact" | "hea"
     basis: str = "target"         # "target" | "extended"
@@ -88,10 +94,13 @@ class ODEConfig:
 
 SECTIONS = {"data": DataConfig, "target": TargetConfig, "network": NetworkConfig,
             "training": TrainingConfig, "ode": ODEConfig}
+#: The sections that define an MLP simulation (its results depend on nothing else).
+MLP_SECTIONS = ("data", "target", "network", "training")
 
 
 @dataclass
 class Config:
+    """A validated run configuration: one dataclass per table (DESIGN §6)."""
     data: DataConfig = field(default_factory=DataConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
@@ -113,9 +122,11 @@ class Config:
         return Spectrum.power_law(d.dim, d.exponent, d.offset)
 
     def target_obj(self, spectrum: Spectrum | None = None) -> Target:
+        """The decomposed target of ``[target]`` under ``spectrum`` (default: :meth:`spectrum`)."""
         return parse_target(self.target.expr, spectrum or self.spectrum(), normalize=self.target.normalize)
 
     def to_dict(self) -> dict[str, Any]:
+        """The tables as nested dicts (what ``config_from_dict`` reads back)."""
         return {name: asdict(getattr(self, name)) for name in SECTIONS}
 
     def digest(self, sections: tuple[str, ...] = tuple(SECTIONS)) -> str:
@@ -137,6 +148,8 @@ def _suggest(key: str, options: list[str]) -> str:
 
 
 def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"[{section}] {key} is nan; give a number")
     if default is None or value is None:
         return value
     if isinstance(default, bool):

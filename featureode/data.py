@@ -48,6 +48,7 @@ class Spectrum:
 
     @property
     def dim(self) -> int:
+        """``d``, the number of eigenvalues."""
         return int(self.g.size)
 
     # constructors -----------------------------------------------------------------------------------------------

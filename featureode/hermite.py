@@ -158,6 +158,7 @@ class Mode:
 
     @property
     def support(self) -> tuple[int, ...]:
+        """``supp α = {i : α_i > 0}``, ascending."""
         return tuple(i for i, _ in self.items)
 
     def order(self, i: int) -> int:
@@ -165,6 +166,7 @@ class Mode:
         return dict(self.items).get(i, 0)
 
     def as_dict(self) -> dict[int, int]:
+        """``{i: α_i}`` over the support."""
         return dict(self.items)
 
     def dense(self, d: int) -> tuple[int, ...]:
@@ -176,6 +178,7 @@ class Mode:
         return tuple(out)
 
     def check_dim(self, d: int) -> None:
+        """Raise :class:`ModeError` when a dimension of ``α`` is ``≥ d``."""
         if self.items and self.items[-1][0] >= d:
             raise ModeError(f"mode {self} uses dimension z{self.items[-1][0]} but the data has d = {d} "
                             f"(dimensions are 0-based, so the largest is z{d - 1})")
@@ -187,9 +190,11 @@ class Mode:
 
     @property
     def parity(self) -> int:
+        """``|α| mod 2``."""
         return self.degree % 2
 
     def sort_key(self) -> tuple:
+        """Order by degree ``|α|``, then by the sparse items (higher orders first)."""
         return (self.degree, tuple((i, -n) for i, n in self.items))
 
     def __lt__(self, other: "Mode") -> bool:

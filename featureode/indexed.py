@@ -33,12 +33,14 @@ class IndexSpace:
     kinds: dict[sp.Symbol, str] = field(default_factory=dict)
 
     def add(self, idx: sp.Symbol, kind: str) -> sp.Symbol:
+        """Declare ``idx`` as an index of ``kind``; returns it."""
         if kind not in self.extent:
             raise IndexedExpressionError(f"unknown index kind {kind!r}; kinds: {sorted(self.extent)}")
         self.kinds[idx] = kind
         return idx
 
     def size(self, idx: sp.Symbol) -> sp.Symbol:
+        """The extent symbol of ``idx``'s kind (``M`` or ``d``)."""
         return self.extent[self.kinds[idx]]
 
     def fresh(self, like: sp.Symbol, avoid: set) -> sp.Symbol:
@@ -50,6 +52,7 @@ class IndexSpace:
         return self.add(sp.Symbol(f"{like}{n}", integer=True), self.kinds[like])
 
     def full_range(self, idx: sp.Symbol) -> tuple:
+        """SymPy limits ``(idx, 0, size − 1)`` of a full-range Sum/Product."""
         return (idx, 0, self.size(idx) - 1)
 
     def check_limits(self, node: sp.Expr) -> sp.Symbol:

@@ -30,5 +30,7 @@ def crossing_time(t: Sequence[float], ratio: Sequence[float], level: float) -> f
 def in_support_loss(f: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``Σ_β (v_β − f_β)² / Σ_β v_β²`` over the target's support (``v`` ≠ 0), for ``f`` of shape (..., M)."""
     support = np.asarray(v) != 0
+    if not support.any():
+        raise ValueError(f"the in-support loss needs a target with a nonzero coefficient v_β, got v = {v!r}")
     v_s = np.asarray(v, float)[support]
     return ((np.asarray(f, float)[..., support] - v_s) ** 2).sum(-1) / float((v_s**2).sum())

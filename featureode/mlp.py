@@ -59,14 +59,13 @@ import numpy as np
 import torch
 
 from .activations import get_activation
-from .config import Config
+from .config import MLP_SECTIONS, Config
 from .data import Spectrum
 from .hermite import Mode
 from .measure import ChunkSums, Measurement, TestSet, finish_measurement, make_test_set, measurement_times
 from .metrics import crossing_time, in_support_loss
 from .targets import Target
 
-MLP_SECTIONS = ("data", "target", "network", "training")
 STREAMS = ("init", "train", "test", "probe")
 CPU_CHUNK = 256           # samples per kernel call on a CPU (activations of a chunk stay in cache)
 GPU_MEASURE_CHUNK = 8192  # test samples per kernel call on a GPU (training steps take the whole batch at once)
@@ -119,6 +118,7 @@ class RunSpec:
 
     @classmethod
     def build(cls, cfg: Config, extra_modes: "Sequence[Mode | str] | None" = None) -> "RunSpec":
+        """The spec of ``cfg``: the target's modes, then ``extra_modes`` not already among them."""
         spectrum = cfg.spectrum()
         target = cfg.target_obj(spectrum)
         modes = list(target.modes)
@@ -134,6 +134,7 @@ class RunSpec:
 
     @property
     def gamma(self) -> float:
+        """The richness γ of the run."""
         return float(self.cfg.network.richness)
 
     @property

@@ -104,9 +104,11 @@ class Term:
 
     @property
     def placeholder(self) -> sp.Expr:
+        """The undefined function ``name(index…)`` standing for the term in templates."""
         return sp.Function(self.name)(*self.index)
 
     def with_body(self, body: sp.Expr) -> "Term":
+        """The same term with another body (a user replacement)."""
         return Term(self.name, sp.sympify(body), self.index, self.neutral, self.doc)
 
 
@@ -178,6 +180,7 @@ class ExpandedSystem:
     observables: Mapping[str, tuple[sp.Expr, ...]]
 
     def jacobian(self) -> sp.Matrix:
+        """``∂ rhs / ∂ states`` by SymPy (for checking the indexed Jacobian)."""
         return sp.Matrix(self.rhs).jacobian(sp.Matrix(self.states))
 
 
@@ -195,6 +198,7 @@ class System:
 
     @property
     def inputs(self) -> tuple[str, ...]:
+        """Argument names after ``y`` of the compiled functions: :data:`INPUTS` + user params."""
         return INPUTS + self.params
 
     @property
@@ -204,9 +208,11 @@ class System:
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def assignment(self, name: str) -> Assignment:
+        """The assignment named ``name`` (``r``, ``s``, ``rho``, ``lam``, ``dfdt``, ``dDdt``)."""
         return next(a for a in self.assignments if a.name == name)
 
     def term(self, name: str) -> Term:
+        """The active term named ``name``."""
         return next(t for t in self.terms if t.name == name)
 
     # exact Jacobian, indexed -------------------------------------------------------------------------------------

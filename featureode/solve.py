@@ -105,12 +105,16 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact",
     return [values[name] for name in system.inputs], system
 
 
+def _loss(v: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``L/L(0) = Σ_β (v_β − f_β)² / Σ_β v_β²`` on the mode set, for ``f`` of shape (..., M)."""
+    return np.sum((v - f) ** 2, axis=-1) / np.sum(v**2)
+
+
 def _loss_events(v: np.ndarray, m: int) -> list[Callable]:
-    norm = float(np.sum(v**2))
     out = []
     for level in LEVELS:
         def event(t: float, y: np.ndarray, level: float = level) -> float:
-            return float(np.sum((v - y[:m]) ** 2)) / norm - level
+            return float(_loss(v, y[:m])) - level
         event.direction = -1.0
         out.append(event)
     return out
@@ -218,9 +222,12 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalu
         raise SolveError(f"need t_max > t_min > 0 and n_points ≥ 2, got t_max={t_max}, t_min={t_min}, "
                          f"n_points={n_points}")
     inputs, system = system_inputs(theory, variant, eigenvalues, basis)
-    compiled = compile_system(system, backend)
     v = inputs[1]
     m = v.size
+    if not np.any(v):
+        raise SolveError(f"variant {variant.label!r}: the target is zero on every mode of the mode set "
+                         f"({[str(x) for x in theory.modes]}), so L/L(0) is undefined; give a nonzero target")
+    compiled = compile_system(system, backend)
     bound = BLOWUP * (1.0 + t_max) * max(1.0, float(np.max(np.abs(v), initial=0.0)))
     guard = _Guard(lambda y: compiled.rhs(y, *inputs), bound)
     use_jac = jacobian and method in IMPLICIT_METHODS and 2 * m <= JACOBIAN_MAX_STATES
@@ -250,7 +257,7 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalu
     solution = Solution(variant.label, tuple(theory.modes), np.asarray(v), sol.t[:keep], y[:m].T, y[m:].T,
                         np.array([o[2] for o in obs]).reshape(keep, m),
                         np.array([o[0] for o in obs]).reshape(keep, -1), np.array([float(o[1]) for o in obs]),
-                        np.sum((v - y[:m].T) ** 2, axis=1) / np.sum(v**2), t50, t10, info)
+                        _loss(v, y[:m].T), t50, t10, info)
     if (sol.status < 0 and guard.where is not None) or keep < sol.t.size:
         t_bad, k = guard.where if guard.where is not None else (float(sol.t[keep]), 0)
         raise NonFiniteStateError(

@@ -100,10 +100,12 @@ class Target:
 
     @property
     def coefficients(self) -> np.ndarray:
+        """``v_α`` as floats, in the order of ``modes``."""
         return np.array([float(c) for c in self.exact])
 
     @property
     def constant(self) -> float:
+        """The constant term ``v_0`` (excluded from the modes when normalised)."""
         return float(self.constant_exact)
 
     @property
@@ -112,6 +114,7 @@ class Target:
         return float(sum(c**2 for m, c in zip(self.modes, self.coefficients) if m.degree > 0))
 
     def as_dict(self) -> dict[Mode, float]:
+        """``{α: v_α}``."""
         return dict(zip(self.modes, self.coefficients))
 
     def evaluate(self, z: Any) -> Any:

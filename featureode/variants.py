@@ -52,6 +52,7 @@ _RESERVED = {"y", "j", "numpy", "math", "numba", "out"}   # names used by the ge
 
 
 def closure_names() -> list[str]:
+    """Names of the registered closures (built-in first, then user ones)."""
     return list(_CLOSURES)
 
 
@@ -61,6 +62,7 @@ def term_names() -> list[str]:
 
 
 def get_closure(name: str) -> Closure:
+    """The registered closure ``name``; raises :class:`VariantError` listing the valid names."""
     if name not in _CLOSURES:
         raise VariantError(f"unknown closure {name!r}; valid closures: {', '.join(closure_names())}")
     return _CLOSURES[name]
@@ -185,10 +187,12 @@ class Variant:
 
     @property
     def closure_obj(self) -> Closure:
+        """The :class:`Closure` (looked up when given by name)."""
         return self.closure if isinstance(self.closure, Closure) else get_closure(self.closure)
 
     @property
     def label(self) -> str:
+        """Name in outputs: ``name``, else closure + ``+scale`` + ``-no-TERM`` + ``-TERM-replaced``."""
         if self.name:
             return self.name
         out = self.closure_obj.name + ("+scale" if self.scale else "")
@@ -197,6 +201,7 @@ class Variant:
 
     @property
     def param_values(self) -> dict[str, float]:
+        """Closure parameter defaults overridden by the variant's ``params``."""
         return {**self.closure_obj.params, **self.params}
 
     def term_names(self, basis: str = "target") -> list[str]:

@@ -132,7 +132,7 @@ def test_validate_suite_runs_caches_and_summarises(tmp_path, monkeypatch):
                      "training": {"batch": 128, "seed": 0, "n_test": 1000, "n_points": 8, "ntk_probe": 32,
                                   "compile": False, "threads": 1},
                      "ode": {"variants": ["lazy", "displacement"]}},
-            "cases": compare._grid(["z0"], [0.005, 0.5], [4], {}, 4),
+            "cases": compare._grid(["z0"], [0.005, 0.5], {}, 4),
             "t_max_factor": 1.0, "t_max_cap": 50.0}
     monkeypatch.setitem(compare.SUITES, "tiny", tiny)
     out = tmp_path / "suite"
