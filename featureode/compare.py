@@ -12,6 +12,7 @@ are compared; the ODE's loss on the target basis is an in-support loss by constr
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -247,10 +248,16 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True) -> dic
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Case:
-    """One cell of a validation grid: a name and the config keys that differ from the suite's base."""
+    """One cell of a validation grid: a name, the config keys that differ from the suite's base, and the seed."""
 
     name: str
     overrides: dict
+    seed: int = 0
+
+    @property
+    def run_name(self) -> str:
+        """Folder name of this seed's run (seed 0 keeps the plain case name)."""
+        return self.name if self.seed == 0 else f"{self.name}_s{self.seed}"
 
     @property
     def richness(self) -> float:
@@ -290,7 +297,7 @@ SUITES: dict[str, dict[str, Any]] = {
                  "ode": {"variants": ["lazy", "agop", "displacement"]}},
         "cases": _grid(["z0", "h2(z0)", "z0*z1", "staircase(2)", "staircase(3)"], [0.005, 0.15, 0.5],
                        {"z0*z1": [8, 32]}, 16),
-        "t_max_factor": 2.0, "t_max_cap": 20000.0,
+        "t_max_factor": 2.0, "t_max_cap": 20000.0, "seeds": (0, 1, 2),
     },
     "quick": {
         "description": "smoke suite: z0 and z0*z1 at d = 8, γ ∈ {0.005, 0.5}, N = 256 (minutes on 2 cores)",
@@ -346,7 +353,8 @@ def suite_config(suite: str, case: Case) -> Config:
     raw: dict[str, dict] = {k: dict(v) for k, v in spec["base"].items()}
     for sec, vals in case.overrides.items():
         raw.setdefault(sec, {}).update(vals)
-    cfg = config_from_dict(raw, source=f"suite:{suite}/{case.name}")
+    raw.setdefault("training", {})["seed"] = case.seed
+    cfg = config_from_dict(raw, source=f"suite:{suite}/{case.run_name}")
     t_max = min(spec["t_max_cap"], spec["t_max_factor"] * lazy_t10(cfg))
     t10 = displacement_t10(cfg.replace(training={"t_max": t_max}))
     if t10 is not None:
@@ -356,7 +364,7 @@ def suite_config(suite: str, case: Case) -> Config:
 
 def _run_case(suite: str, case: Case, out: str, force: bool) -> dict:
     cfg = suite_config(suite, case)
-    case_dir = Path(out) / case.name
+    case_dir = Path(out) / case.run_name
     cached = _cached(case_dir / "report.json", cfg, tuple(SECTIONS))
     if cached is not None and not force:
         return cached
@@ -390,37 +398,77 @@ def acceptance(case: Case, report: dict) -> dict[str, bool | None]:
     return out
 
 
+def _mean_sd(xs: Sequence[float | None]) -> tuple[float | None, float | None, int]:
+    """Mean, sample standard deviation (``None`` for one value) and count of the non-missing values."""
+    got = [x for x in xs if x is not None]
+    if not got:
+        return None, None, 0
+    return float(np.mean(got)), (float(np.std(got, ddof=1)) if len(got) > 1 else None), len(got)
+
+
+def aggregate(case: Case, reports: Sequence[dict]) -> dict:
+    """One case over its seeds: per variant the mean, standard deviation and count of the t50/t10 ratios, the
+    acceptance verdicts of each seed, and the verdicts of the seed-mean ratios (``None`` if a seed lacks a time)."""
+    variants = sorted({v for r in reports for v in r["variants"]})
+    out: dict[str, Any] = {"seeds": [r["config"]["training"]["seed"] for r in reports],
+                           "mlp": {k: _mean_sd([r["mlp"][k] for r in reports])[0] for k in ("t50", "t10")},
+                           "variants": {}, "accepted_per_seed": [acceptance(case, r) for r in reports]}
+    mean_report: dict[str, Any] = {"variants": {}}
+    for v in variants:
+        stats = {}
+        for key in ("t50_ratio", "t10_ratio", "log_rms"):
+            vals = [r["variants"][v][key] if v in r["variants"] else None for r in reports]
+            m, sd, n = _mean_sd(vals)
+            stats[key] = {"mean": m, "sd": sd, "n": n, "values": vals}
+        out["variants"][v] = stats
+        mean_report["variants"][v] = {k: (stats[k]["mean"] if stats[k]["n"] == len(reports) else None)
+                                      for k in ("t50_ratio", "t10_ratio")}
+    out["accepted"] = acceptance(case, mean_report)
+    return out
+
+
 def summary_markdown(suite: str, rows: list[tuple[Case, dict]]) -> str:
-    """Summary table of a suite: ratios per variant and the acceptance verdicts."""
-    variants = sorted({v for _, r in rows for v in r["variants"]})
+    """Summary table of a suite: seed-mean ratios (± sd over seeds) per variant and the acceptance verdicts."""
+    variants = sorted({v for _, a in rows for v in a["variants"]})
     f = lambda x: "—" if x is None else f"{x:.3g}"  # noqa: E731
+
+    def cell(st: dict) -> str:
+        return f(st["mean"]) + (f" ± {st['sd']:.2g}" if st["sd"] is not None else "")
+
+    seeds = SUITES[suite].get("seeds", (0,))
     head = "| case | MLP t50 | MLP t10 | " + " | ".join(f"{v} t50 / t10 ratio" for v in variants) + " | accepted |"
     lines = [f"# validation suite `{suite}`", "", SUITES[suite]["description"], "",
-             "Ratios are ODE/MLP on the test loss; no constant is fitted.", "", head,
+             f"Ratios are ODE/MLP on the test loss, mean ± standard deviation over seeds {list(seeds)} (network "
+             "initialisation and SGD samples); no constant is fitted. A verdict is on the seed-mean ratios; "
+             "`k/n seeds` counts the seeds whose own ratios are inside the band.", "", head,
              "|" + "---|" * (len(variants) + 4)]
-    verdicts = []
-    for case, r in rows:
-        acc = acceptance(case, r)
-        verdicts.append(acc)
-        cells = [f"{f(r['variants'][v]['t50_ratio'])} / {f(r['variants'][v]['t10_ratio'])}"
-                 if v in r["variants"] else "—" for v in variants]
-        verdict = ", ".join(f"{k}: {'yes' if ok else 'no' if ok is not None else 'n/a'}" for k, ok in acc.items())
-        lines.append(f"| {case.name} | {f(r['mlp']['t50'])} | {f(r['mlp']['t10'])} | " + " | ".join(cells)
-                     + f" | {verdict} |")
+    for case, a in rows:
+        cells = [f"{cell(a['variants'][v]['t50_ratio'])} / {cell(a['variants'][v]['t10_ratio'])}"
+                 if v in a["variants"] else "—" for v in variants]
+        verdicts = []
+        for k, ok in a["accepted"].items():
+            per_seed = sum(1 for acc in a["accepted_per_seed"] if acc.get(k))
+            verdicts.append(f"{k}: {'yes' if ok else 'no' if ok is not None else 'n/a'} "
+                            f"({per_seed}/{len(a['accepted_per_seed'])} seeds)")
+        lines.append(f"| {case.name} | {f(a['mlp']['t50'])} | {f(a['mlp']['t10'])} | " + " | ".join(cells)
+                     + f" | {', '.join(verdicts)} |")
     bands = {rule: f"t50 ratio in [{a}, {b}] and t10 ratio in [{c}, {e}]"
              for rule, ((a, b), (c, e)) in BANDS.items()}
     bands["lazy"] = f"t50 ratio within 10% on the lazy cases (γ ≤ {LAZY_RICHNESS})"
     for rule, text in bands.items():
-        got = [a[rule] for a in verdicts if rule in a]
+        got = [a["accepted"][rule] for _, a in rows if rule in a["accepted"]]
+        runs = [acc[rule] for _, a in rows for acc in a["accepted_per_seed"] if rule in acc]
         if got:
-            passed = sum(1 for x in got if x)
-            lines.append(f"\n**{rule}** ({text}): {passed}/{len(got)} cases"
-                         + (f" ({sum(1 for x in got if x is None)} without a crossing time)" if None in got else ""))
+            lines.append(f"\n**{rule}** ({text}): {sum(1 for x in got if x)}/{len(got)} cases on the seed mean"
+                         + (f" ({sum(1 for x in got if x is None)} without a crossing time in some seed)"
+                            if None in got else "")
+                         + f"; {sum(1 for x in runs if x)}/{len(runs)} single runs")
     return "\n".join(lines) + "\n"
 
 
 def run_suite(suite: str, out: "str | Path", jobs: int = 1, progress: bool = True, force: bool = False) -> list:
-    """Run a named suite into ``out/<case>/``; finished cases are reused, so an interrupted run resumes."""
+    """Run a named suite into ``out/<case>[_s<seed>]/`` for each of its seeds; finished runs are reused, so an
+    interrupted suite resumes. Writes ``summary.json`` (per case: seed statistics and verdicts) and ``summary.md``."""
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
@@ -430,25 +478,22 @@ def run_suite(suite: str, out: "str | Path", jobs: int = 1, progress: bool = Tru
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cases = SUITES[suite]["cases"]
+    runs = [dataclasses.replace(c, seed=s) for c in cases for s in SUITES[suite].get("seeds", (0,))]
     results: dict[str, dict] = {}
-    bar = tqdm(total=len(cases), desc=f"suite {suite}", disable=not progress)
+    bar = tqdm(total=len(runs), desc=f"suite {suite}", disable=not progress)
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futs = {pool.submit(_run_case, suite, c, str(out), force): c for c in cases}
+            futs = {pool.submit(_run_case, suite, c, str(out), force): c for c in runs}
             for fut in futs:
-                results[futs[fut].name] = fut.result()
+                results[futs[fut].run_name] = fut.result()
                 bar.update()
     else:
-        for c in cases:
-            bar.set_postfix_str(c.name)
-            results[c.name] = _run_case(suite, c, str(out), force)
+        for c in runs:
+            bar.set_postfix_str(c.run_name)
+            results[c.run_name] = _run_case(suite, c, str(out), force)
             bar.update()
     bar.close()
-    rows = [(c, results[c.name]) for c in cases]
-    summary = {c.name: {"mlp": {k: r["mlp"][k] for k in ("t50", "t10")},
-                        "variants": {v: {k: x[k] for k in ("t50_ratio", "t10_ratio", "log_rms")}
-                                     for v, x in r["variants"].items()},
-                        "accepted": acceptance(c, r)} for c, r in rows}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json_default))
+    rows = [(c, aggregate(c, [results[r.run_name] for r in runs if r.name == c.name])) for c in cases]
+    (out / "summary.json").write_text(json.dumps({c.name: a for c, a in rows}, indent=1, default=_json_default))
     (out / "summary.md").write_text(summary_markdown(suite, rows))
     return rows

@@ -173,3 +173,25 @@ def test_in_support_loss_leaves_out_extended_modes():
     f = np.array([[0.0, 0.0, 0.0], [0.3, 0.4, 0.5], [0.6, 0.8, -0.2]])
     # by hand: (0.36 + 0.64)/1, (0.09 + 0.16)/1, 0
     np.testing.assert_allclose(in_support_loss(f, v), [1.0, 0.25, 0.0], atol=1e-15)
+
+
+def test_aggregate_over_seeds():
+    from featureode.compare import Case, aggregate
+
+    def rep(seed, r50, r10):
+        return {"config": {"training": {"seed": seed}}, "mlp": {"t50": 10.0 + seed, "t10": 30.0},
+                "variants": {"displacement": {"t50_ratio": r50, "t10_ratio": r10, "log_rms": 0.1},
+                             "lazy": {"t50_ratio": 1.0, "t10_ratio": 1.0, "log_rms": 0.1}}}
+
+    case = Case("c", {"network": {"richness": 0.005}})
+    a = aggregate(case, [rep(0, 0.80, 1.0), rep(1, 1.00, 1.0), rep(2, 1.06, 1.0)])
+    st = a["variants"]["displacement"]["t50_ratio"]
+    assert st["mean"] == pytest.approx((0.80 + 1.00 + 1.06) / 3)
+    assert st["sd"] == pytest.approx(math.sqrt(((0.80 - 0.9533333) ** 2 + (1.00 - 0.9533333) ** 2
+                                                + (1.06 - 0.9533333) ** 2) / 2), rel=1e-6)
+    # mean 0.953 is inside [0.85, 1.25]; seed 0 alone (0.80) is not
+    assert a["accepted"]["displacement"] is True
+    assert [acc["displacement"] for acc in a["accepted_per_seed"]] == [False, True, True]
+    assert a["mlp"]["t50"] == pytest.approx(11.0)
+    b = aggregate(case, [rep(0, 1.0, None), rep(1, 1.0, 1.0)])
+    assert b["accepted"]["displacement"] is None and b["variants"]["displacement"]["t10_ratio"]["n"] == 1
