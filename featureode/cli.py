@@ -167,7 +167,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """``featureode validate``: run a named suite; writes ``DIR/summary.*``."""
     from .compare import run_suite
 
-    run_suite(args.suite, args.out, jobs=args.jobs, progress=not args.quiet, force=args.force)
+    run_suite(args.suite, args.out, jobs=args.jobs, progress=not args.quiet, force=args.force, basis=args.basis)
     print(Path(args.out, "summary.md").read_text())
     return 0
 
@@ -236,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("suite", help="suite name (see featureode.compare.SUITES)")
     v.add_argument("--out", required=True, metavar="DIR")
     v.add_argument("--jobs", type=int, default=1, help="parallel local processes")
+    v.add_argument("--basis", choices=("target", "extended"), default="target",
+                   help="ODE mode basis (the MLP runs do not depend on it and are reused with --force)")
     v.add_argument("--force", action="store_true")
     v.add_argument("--quiet", action="store_true")
     return p

@@ -290,7 +290,7 @@ def _slug(expr: str) -> str:
 SUITES: dict[str, dict[str, Any]] = {
     "standard": {
         "description": "targets {z0, h2(z0), z0*z1, staircase(2), staircase(3)} × γ ∈ {0.005, 0.15, 0.5} at d = 16, "
-                       "plus z0*z1 at d ∈ {8, 32}; exponent 1.5, offset 3, relu, σ_b = 0.5, N = 1024",
+                       "plus z0*z1 at d ∈ {8, 32}; exponent 1.5, offset 3, relu, σ_b = 0.5, N = 1024, B = 2048",
         "base": {"data": {"exponent": 1.5, "offset": 3.0},
                  "network": {"activation": "relu", "width": 1024, "bias_std": 0.5},
                  "training": {"batch": 2048, "seed": 0, "stop_loss": 0.005, "threads": 1},
@@ -333,27 +333,30 @@ def lazy_t10(cfg: Config) -> float:
 
 
 def displacement_t10(cfg: Config) -> float | None:
-    """``t10`` of the ``displacement`` ODE of ``cfg`` (``None`` when it does not reach 10% by ``t_max``)."""
+    """``t10`` of the ``displacement`` ODE of ``cfg`` on the target basis (``None`` when it does not reach 10% by
+    ``t_max``)."""
     from .kernel import kernel_theory
     from .solve import solve_variant
 
     return solve_variant(kernel_theory(cfg, basis="target"), "displacement", cfg.training.t_max).t10
 
 
-def suite_config(suite: str, case: Case) -> Config:
+def suite_config(suite: str, case: Case, basis: str = "target") -> Config:
     """The full config of one case: the suite's base, the case's overrides, and the horizon ``t_max``.
 
     ``t_max = min(cap, factor × t10_lazy, 4 × t10_displacement)``. The lazy kernel flow with exact ``λ(0)`` bounds
     the learning time from above in the rich regime; the second bound keeps rich runs, whose kernel (and so the
     number of SGD steps per unit time) grows by 10–100×, from spending most of their steps after the target is
     learnt. It is a choice of horizon only: no constant of the ODE depends on it, and an MLP slower than 4× the
-    prediction shows up as a missing ``t10`` (a failed case), not as a shorter curve.
+    prediction shows up as a missing ``t10`` (a failed case), not as a shorter curve. Both bounds use the target
+    basis, so the MLP runs (and their cache) are the same whatever ODE ``basis`` the suite is compared on.
     """
     spec = SUITES[suite]
     raw: dict[str, dict] = {k: dict(v) for k, v in spec["base"].items()}
     for sec, vals in case.overrides.items():
         raw.setdefault(sec, {}).update(vals)
     raw.setdefault("training", {})["seed"] = case.seed
+    raw.setdefault("ode", {})["basis"] = basis
     cfg = config_from_dict(raw, source=f"suite:{suite}/{case.run_name}")
     t_max = min(spec["t_max_cap"], spec["t_max_factor"] * lazy_t10(cfg))
     t10 = displacement_t10(cfg.replace(training={"t_max": t_max}))
@@ -362,8 +365,8 @@ def suite_config(suite: str, case: Case) -> Config:
     return cfg.replace(training={"t_max": float(f"{t_max:.4g}")})
 
 
-def _run_case(suite: str, case: Case, out: str, force: bool) -> dict:
-    cfg = suite_config(suite, case)
+def _run_case(suite: str, case: Case, out: str, force: bool, basis: str) -> dict:
+    cfg = suite_config(suite, case, basis)
     case_dir = Path(out) / case.run_name
     cached = _cached(case_dir / "report.json", cfg, tuple(SECTIONS))
     if cached is not None and not force:
@@ -427,7 +430,7 @@ def aggregate(case: Case, reports: Sequence[dict]) -> dict:
     return out
 
 
-def summary_markdown(suite: str, rows: list[tuple[Case, dict]]) -> str:
+def summary_markdown(suite: str, rows: list[tuple[Case, dict]], basis: str = "target") -> str:
     """Summary table of a suite: seed-mean ratios (± sd over seeds) per variant and the acceptance verdicts."""
     variants = sorted({v for _, a in rows for v in a["variants"]})
     f = lambda x: "—" if x is None else f"{x:.3g}"  # noqa: E731
@@ -437,7 +440,7 @@ def summary_markdown(suite: str, rows: list[tuple[Case, dict]]) -> str:
 
     seeds = SUITES[suite].get("seeds", (0,))
     head = "| case | MLP t50 | MLP t10 | " + " | ".join(f"{v} t50 / t10 ratio" for v in variants) + " | accepted |"
-    lines = [f"# validation suite `{suite}`", "", SUITES[suite]["description"], "",
+    lines = [f"# validation suite `{suite}`, ODE on the {basis} basis", "", SUITES[suite]["description"], "",
              f"Ratios are ODE/MLP on the test loss, mean ± standard deviation over seeds {list(seeds)} (network "
              "initialisation and SGD samples); no constant is fitted. A verdict is on the seed-mean ratios; "
              "`k/n seeds` counts the seeds whose own ratios are inside the band.", "", head,
@@ -466,9 +469,11 @@ def summary_markdown(suite: str, rows: list[tuple[Case, dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_suite(suite: str, out: "str | Path", jobs: int = 1, progress: bool = True, force: bool = False) -> list:
-    """Run a named suite into ``out/<case>[_s<seed>]/`` for each of its seeds; finished runs are reused, so an
-    interrupted suite resumes. Writes ``summary.json`` (per case: seed statistics and verdicts) and ``summary.md``."""
+def run_suite(suite: str, out: "str | Path", jobs: int = 1, progress: bool = True, force: bool = False,
+              basis: str = "target") -> list:
+    """Run a named suite into ``out/<case>[_s<seed>]/`` for each of its seeds, the ODE on ``basis``; finished runs
+    are reused, so an interrupted suite resumes. Writes ``summary.json`` (per case: seed statistics and verdicts)
+    and ``summary.md``. Rerunning a folder with another ``basis`` needs ``force`` and reuses the MLP runs."""
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
@@ -483,17 +488,17 @@ def run_suite(suite: str, out: "str | Path", jobs: int = 1, progress: bool = Tru
     bar = tqdm(total=len(runs), desc=f"suite {suite}", disable=not progress)
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futs = {pool.submit(_run_case, suite, c, str(out), force): c for c in runs}
+            futs = {pool.submit(_run_case, suite, c, str(out), force, basis): c for c in runs}
             for fut in futs:
                 results[futs[fut].run_name] = fut.result()
                 bar.update()
     else:
         for c in runs:
             bar.set_postfix_str(c.run_name)
-            results[c.run_name] = _run_case(suite, c, str(out), force)
+            results[c.run_name] = _run_case(suite, c, str(out), force, basis)
             bar.update()
     bar.close()
     rows = [(c, aggregate(c, [results[r.run_name] for r in runs if r.name == c.name])) for c in cases]
     (out / "summary.json").write_text(json.dumps({c.name: a for c, a in rows}, indent=1, default=_json_default))
-    (out / "summary.md").write_text(summary_markdown(suite, rows))
+    (out / "summary.md").write_text(summary_markdown(suite, rows, basis))
     return rows
