@@ -21,7 +21,9 @@ that ``σ`` and ``σ'`` come from one forward-mode pass (``torch.func.jvp``) and
 Step size: ``η = min(eta_max, eta_safety/λ_top)``, with ``λ_top`` the top eigenvalue of the empirical NTK
 ``γ² N J Jᵀ/P`` on a fixed probe set of ``P = ntk_probe`` samples (``J`` = per-sample parameter gradients from
 ``torch.func.vmap(torch.func.grad(f))``, all ``N`` neurons), re-measured every ``ntk_every`` steps; the last step
-before a measurement time is shortened to land on it exactly.
+before a measurement time is shortened to land on it exactly. A run ends at ``t_max``; at ``max_steps`` (marked
+incomplete, with a warning); or, when ``[training] stop_loss > 0``, at the first measurement with
+``L/L(0) ≤ stop_loss`` (marked complete: its curve ends there).
 
 Several runs (seeds, targets, richness values, spectra; same ``d``, ``N``, batch, activation, dtype, device) train
 together in one process (:func:`simulate_batch`): parameters carry a leading run axis. On a GPU every step is one set
