@@ -129,10 +129,11 @@ def cmd_derive(args: argparse.Namespace) -> int:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     """``featureode solve``: integrate every ODE variant; writes ``DIR/ode.json``."""
+    from .compare import guard_output_dir
     from .solve import solve_config
 
     cfg = _config(args.config)
-    _guard_out(args.out, cfg, args.force)
+    guard_output_dir(Path(args.out), cfg, force=args.force)
     res = solve_config(cfg, args.out)
     for name, v in res["variants"].items():
         print(f"{name:<24} t50 = {_fmt(v.get('t50'))}   t10 = {_fmt(v.get('t10'))}")
@@ -142,10 +143,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``featureode simulate``: train the reference MLP; writes ``DIR/mlp.json``."""
+    from .compare import guard_output_dir
     from .mlp import simulate_config
 
     cfg = _config(args.config)
-    _guard_out(args.out, cfg, args.force)
+    guard_output_dir(Path(args.out), cfg, force=args.force)
     res = simulate_config(cfg, args.out, resume=args.resume, progress=not args.quiet)
     print(f"MLP: t50 = {_fmt(res.get('t50'))}   t10 = {_fmt(res.get('t10'))}")
     print(f"wrote {Path(args.out) / 'mlp.json'}")
@@ -153,14 +155,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``; exit status 1 when no report."""
-    from .compare import compare_config
+    """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``."""
+    from .compare import compare_config, guard_output_dir
 
     cfg = _config(args.config)
-    _guard_out(args.out, cfg, args.force)
-    report = compare_config(cfg, args.out, progress=not args.quiet)
+    guard_output_dir(Path(args.out), cfg, force=args.force)
+    compare_config(cfg, args.out, progress=not args.quiet)
     print(Path(args.out, "report.md").read_text())
-    return 0 if report else 1
+    return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -174,13 +176,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _fmt(x: Any) -> str:
     return "not reached" if x is None else f"{x:.4g}"
-
-
-def _guard_out(out: str, cfg: Any, force: bool) -> None:
-    """Refuse an output folder that holds results of a different config unless ``--force``."""
-    from .compare import guard_output_dir
-
-    guard_output_dir(Path(out), cfg, force=force)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -104,10 +104,8 @@ def run_mlp(cfg: Config, out: Path, progress: bool = True) -> dict:
     cached = _cached(out / "mlp.json", cfg, MLP_SECTIONS)
     if cached is not None and cached.get("complete", True):
         return cached
-    res = simulate_config(cfg, out, resume=(out / "checkpoint.pt").exists(), progress=progress)
-    res["digest"] = cfg.digest(MLP_SECTIONS)
-    (out / "mlp.json").write_text(json.dumps(res, default=_json_default))
-    return res
+    # simulate_config writes out/mlp.json, stamped with the digest of the MLP's config sections
+    return simulate_config(cfg, out, resume=(out / "checkpoint.pt").exists(), progress=progress)
 
 
 def _json_default(o: Any) -> Any:
@@ -199,8 +197,8 @@ def report_figure(path: Path, cfg: Config, ode: dict, mlp: dict, report: dict) -
 
     mlp_modes, ode_modes = list(mlp["modes"]), list(ode["modes"])
     shown = [m for m in mlp_modes if m in ode_modes][:6]
-    main = next(iter(ode["variants"]))
-    key = "displacement" if "displacement" in ode["variants"] else main
+    key = "displacement" if "displacement" in ode["variants"] else next(iter(ode["variants"]))
+    shown_variant = ode["variants"][key]
     for ax, field, title in ((axes[1], "f", "mode coefficients f_β(t)"), (axes[2], "lambda", "eigenvalues λ_β(t)")):
         for c, mode in zip(colors, shown):
             i, j = mlp_modes.index(mode), ode_modes.index(mode)
@@ -209,11 +207,10 @@ def report_figure(path: Path, cfg: Config, ode: dict, mlp: dict, report: dict) -
             if field == "f" and "f_stderr" in mlp:
                 e = np.asarray(mlp["f_stderr"], float)[:, i]
                 ax.fill_between(t_m[pos], (y - 2 * e)[pos], (y + 2 * e)[pos], color=c, alpha=0.2, lw=0)
-            v = ode["variants"][key]
-            if field not in v:
+            if field not in shown_variant:
                 continue
-            t = np.asarray(v["t"], float)
-            ax.plot(t[t > 0], np.asarray(v[field], float)[t > 0, j], "-", color=c, label=f"ODE {key} {mode}")
+            t = np.asarray(shown_variant["t"], float)
+            ax.plot(t[t > 0], np.asarray(shown_variant[field], float)[t > 0, j], "-", color=c, label=f"ODE {key} {mode}")
         ax.set(xscale="log", xlabel="t", title=title)
         if field == "lambda":
             ax.set_yscale("log")
@@ -231,12 +228,14 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True) -> dic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
     try:
         ode = solve_config(cfg, out)
     except SolveError as exc:  # a variant that failed keeps its partial curve and an "error" key
         ode = exc.result
     mlp = run_mlp(cfg, out, progress=progress)
     report = build_report(cfg, ode, mlp)
+    report.update(digest=cfg.digest(tuple(SECTIONS)), wall_s=time.time() - t0)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
     (out / "report.md").write_text(report_markdown(cfg, report))
     report_figure(out / "report.png", cfg, ode, mlp, report)
@@ -312,33 +311,21 @@ SUITES: dict[str, dict[str, Any]] = {
 }
 
 
-def lazy_t10(cfg: Config) -> float:
-    """``t10`` of the lazy kernel flow with exact ``λ(0)``: solves ``Σ v² e^{−2λt} = 0.1 Σ v²`` by bisection."""
-    from .kernel import kernel_theory
-
-    th = kernel_theory(cfg, basis="target")
-    v2, lam = np.asarray(th.target, float) ** 2, np.asarray(th.lambda_exact, float)
+def lazy_t10(theory: Any) -> float:
+    """``t10`` of the lazy kernel flow with exact ``λ(0)`` of a :class:`~featureode.kernel.KernelTheory`: solves
+    ``Σ v² e^{−2λt} = 0.1 Σ v²`` by bisection."""
+    v2, lam = np.asarray(theory.target, float) ** 2, np.asarray(theory.lambda_exact, float)
     ratio = lambda t: float(np.sum(v2 * np.exp(-2 * lam * t)) / np.sum(v2))  # noqa: E731
     lo, hi = 0.0, 1.0
     while not ratio(hi) <= 0.1:
         if hi > 1e30:
-            raise ValueError(f"{cfg.source}: the lazy kernel flow never reaches L/L(0) = 0.1 (λ_β(0) = "
-                             f"{lam.tolist()}); a target mode with zero or non-finite initial eigenvalue cannot be "
-                             "learnt by the kernel flow")
+            raise ValueError(f"the lazy kernel flow never reaches L/L(0) = 0.1 (λ_β(0) = {lam.tolist()}); a target "
+                             "mode with zero or non-finite initial eigenvalue cannot be learnt by the kernel flow")
         lo, hi = hi, hi * 2
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ratio(mid) > 0.1 else (lo, mid)
     return hi
-
-
-def displacement_t10(cfg: Config) -> float | None:
-    """``t10`` of the ``displacement`` ODE of ``cfg`` on the target basis (``None`` when it does not reach 10% by
-    ``t_max``)."""
-    from .kernel import kernel_theory
-    from .solve import solve_variant
-
-    return solve_variant(kernel_theory(cfg, basis="target"), "displacement", cfg.training.t_max).t10
 
 
 def suite_config(suite: str, case: Case, basis: str = "target") -> Config:
@@ -351,6 +338,9 @@ def suite_config(suite: str, case: Case, basis: str = "target") -> Config:
     prediction shows up as a missing ``t10`` (a failed case), not as a shorter curve. Both bounds use the target
     basis, so the MLP runs (and their cache) are the same whatever ODE ``basis`` the suite is compared on.
     """
+    from .kernel import kernel_theory
+    from .solve import solve_variant
+
     spec = SUITES[suite]
     raw: dict[str, dict] = {k: dict(v) for k, v in spec["base"].items()}
     for sec, vals in case.overrides.items():
@@ -358,8 +348,9 @@ def suite_config(suite: str, case: Case, basis: str = "target") -> Config:
     raw.setdefault("training", {})["seed"] = case.seed
     raw.setdefault("ode", {})["basis"] = basis
     cfg = config_from_dict(raw, source=f"suite:{suite}/{case.run_name}")
-    t_max = min(spec["t_max_cap"], spec["t_max_factor"] * lazy_t10(cfg))
-    t10 = displacement_t10(cfg.replace(training={"t_max": t_max}))
+    theory = kernel_theory(cfg, basis="target")
+    t_max = min(spec["t_max_cap"], spec["t_max_factor"] * lazy_t10(theory))
+    t10 = solve_variant(theory, "displacement", t_max).t10
     if t10 is not None:
         t_max = min(t_max, 4 * t10)
     return cfg.replace(training={"t_max": float(f"{t_max:.4g}")})
@@ -372,12 +363,7 @@ def _run_case(suite: str, case: Case, out: str, force: bool, basis: str) -> dict
     if cached is not None and not force:
         return cached
     guard_output_dir(case_dir, cfg, force=force)
-    t0 = time.time()
-    report = compare_config(cfg, case_dir, progress=False)
-    report["digest"] = cfg.digest(tuple(SECTIONS))
-    report["wall_s"] = time.time() - t0
-    (case_dir / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
-    return report
+    return compare_config(cfg, case_dir, progress=False)
 
 
 #: Acceptance bands (ODE/MLP ratios of t50 and t10): issue 6's, and the tighter ones a first prototype reached
