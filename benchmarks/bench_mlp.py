@@ -11,7 +11,13 @@ no measurements or NTK refreshes (those are reported by a full ``simulate_config
 * ``simulator, eager`` / ``simulator, compiled``: ``MeanFieldBatch.step`` with one run;
 * 8 runs (seeds) in one simulation, in its CPU layout (run by run, cache-sized sample chunks) and in its GPU layout
   (all runs in one set of batched matmuls), against the same 8 runs as 8 separate single-run simulations stepped one
-  after the other; in run-steps per second.
+  after the other; in run-steps per second;
+* ``matmuls alone``: only the matrix products one SGD step of one run cannot avoid, at the simulator's chunk size C:
+  per chunk the pre-activations of the trained and of the initial network (two N×d by d×C products, bias added)
+  and the weight gradient (an N×C by C×d product), 6·B·N·d FLOPs per step, on preallocated buffers, with no
+  activation, reduction, sampling or update; once for one run and once for 8 runs in batched matmuls. A step that
+  does these products with the BLAS cannot run faster per run than the faster of the two, so this bounds what
+  batching can gain over sequential runs.
 
 Each figure is the median over ``--repeats`` rounds in which every case takes ``--steps`` steps in turn (round-robin,
 so a busy phase of a shared machine affects all cases alike), after a warm-up that includes compilation (reported
@@ -28,7 +34,7 @@ import torch
 
 from featureode.activations import get_activation
 from featureode.config import load_config
-from featureode.mlp import RunSpec, _Simulation, simulate_config
+from featureode.mlp import CPU_CHUNK, RunSpec, _Simulation, simulate_config
 
 
 def interleaved(cases: dict[str, tuple[Callable[[], object], int]], calls: int, repeats: int) -> dict[str, float]:
@@ -87,6 +93,32 @@ def simulator_step(cfg, runs: int, batched: bool) -> Callable[[], None]:
     return step
 
 
+def matmul_floor(cfg, runs: int, chunk: int = CPU_CHUNK) -> Callable[[], None]:
+    """The three matrix products of one SGD step of ``runs`` runs (see the module docstring) on random data of the
+    step's shapes, in the simulator's neuron-major layout: plain matrix products for one run, batched matmuls over
+    the run axis for several."""
+    n, d, batch = cfg.network.width, cfg.data.dim, cfg.training.batch
+    gen = torch.Generator().manual_seed(0)
+    w, w0 = torch.randn(runs, n, d, generator=gen), torch.randn(runs, n, d, generator=gen)
+    b = torch.randn(runs, n, 1, generator=gen)
+    x = torch.randn(runs, chunk, d, generator=gen)
+    xt = x.transpose(1, 2).contiguous()
+    u, u0, gw = torch.empty(runs, n, chunk), torch.empty(runs, n, chunk), torch.empty(runs, n, d)
+    if runs == 1:
+        w, w0, b, x, xt, u, u0, gw = (t[0] for t in (w, w0, b, x, xt, u, u0, gw))
+        addmm, mm = torch.addmm, torch.mm
+    else:
+        addmm, mm = torch.baddbmm, torch.bmm
+
+    def step() -> None:
+        for _ in range(0, batch, chunk):
+            addmm(b, w, xt, out=u)
+            addmm(b, w0, xt, out=u0)
+            mm(u, x, out=gw)
+
+    return step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -120,7 +152,9 @@ def main() -> None:
         "simulator, compiled, 1 run": (lambda: simulator_step(compiled, 1, False), 1),
         "8 runs in one simulation, run by run": (lambda: simulator_step(compiled, 8, False), 8),
         "8 runs in one simulation, batched bmm": (lambda: simulator_step(compiled, 8, True), 8),
-        "8 runs as 8 separate simulations": (sequential, 8)}
+        "8 runs as 8 separate simulations": (sequential, 8),
+        "matmuls alone, 1 run": (lambda: matmul_floor(base, 1), 1),
+        "matmuls alone, 8 runs batched": (lambda: matmul_floor(base, 8), 8)}
     cases: dict[str, tuple[Callable[[], object], int]] = {}
     for name, (make, runs) in makers.items():
         t0 = time.perf_counter()
@@ -138,6 +172,11 @@ def main() -> None:
     print(f"8 runs in one simulation / 8 separate simulations: run by run "
           f"{rates['8 runs in one simulation, run by run'] / seq:.2f}×, batched bmm "
           f"{rates['8 runs in one simulation, batched bmm'] / seq:.2f}×")
+    mm1, mm8 = rates["matmuls alone, 1 run"], rates["matmuls alone, 8 runs batched"]
+    share = single / mm1
+    print(f"batched matmuls / single-run matmuls, per run: {mm8 / mm1:.2f}×; the matrix products take {share:.0%} of "
+          f"the single-run step, so even free matrix products (and unchanged elementwise work) would make a batched "
+          f"step at most {1 / (1 - share):.2f}× the sequential one (goal: 2×)")
     if args.full:
         cfg = load_config().replace(training={"threads": args.threads, "device": "cpu"})
         t0 = time.perf_counter()
