@@ -87,12 +87,13 @@ def exact_network(net: MeanFieldBatch, run: int, g: np.ndarray, modes, act: str)
 # ----------------------------------------------------------------------------------------------------------------
 # the SGD step and the NTK
 # ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
 @pytest.mark.parametrize("batched", [False, True])
-def test_sgd_step_is_sgd_with_rate_eta_gamma2_N(batched):
+def test_sgd_step_is_sgd_with_rate_eta_gamma2_N(batched, activation):
     """The written-out, chunk-accumulated step equals autograd SGD on ½ mean (f − y)² with learning rate η γ² N, per
-    run, both run by run and with all runs in batched matmuls (B = 600: chunks of 200)."""
-    cfgs = [small_cfg(richness=0.3, dtype="float64", batch=600),
-            small_cfg(richness=0.05, seed=3, dtype="float64", batch=600)]
+    run, both run by run and with all runs in batched matmuls (B = 600: chunks of 200), for a kinked and a smooth σ."""
+    cfgs = [small_cfg(richness=0.3, dtype="float64", batch=600).replace(network={"activation": activation}),
+            small_cfg(richness=0.05, seed=3, dtype="float64", batch=600).replace(network={"activation": activation})]
     sim = new_simulation(cfgs, batched=batched)
     net = sim.net
     assert net.chunk == 200 and net.batched == batched
