@@ -22,6 +22,8 @@ import mpmath
 import numpy as np
 import sympy as sp
 
+from .hermite import check_order
+
 U = sp.Symbol("u", real=True)
 B = sp.Symbol("b", real=True)
 S = sp.Symbol("s", positive=True)
@@ -87,7 +89,7 @@ class Activation:
 
     def mean_expr(self, k: int) -> sp.Expr | None:
         """Exact ``m_k(b, s) = ∂_b^k m_0(b, s)`` in the symbols ``b``, ``s`` (``None`` when no closed form)."""
-        k = _check_degree(k)
+        k = check_order(k, "degree", ActivationError)
         if self.mean0 is None:
             return None
         key = ("mean", k)
@@ -123,7 +125,7 @@ class Activation:
 
     def mean(self, k: int, b: float = 0.0, s: float = 1.0) -> Coefficient:
         """``m_k(b, s) = E[σ^{(k)}(u)]``, ``u ~ N(b, s²)``, as exact expression (when it exists) and float."""
-        k = _check_degree(k)
+        k = check_order(k, "degree", ActivationError)
         b, s = float(b), float(s)
         self._check_scale(k, b, s)
         if s == 0:
@@ -138,7 +140,7 @@ class Activation:
 
     def hermite(self, n: int, b: float = 0.0, s: float = 1.0) -> Coefficient:
         """``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)]`` as exact expression (when it exists) and float."""
-        n = _check_degree(n)
+        n = check_order(n, "degree", ActivationError)
         b, s = float(b), float(s)
         self._check_scale(0, b, s)
         if self.mean0 is not None and s > 0:
@@ -210,7 +212,7 @@ class Activation:
         ``σ^{(j)}(b + s ξ) He_{k-j}(ξ) φ(ξ) / s^{k-j}`` (integration by parts), ``σ^{(j)}`` the last derivative
         without a Dirac mass.
         """
-        k = _check_degree(k)
+        k = check_order(k, "degree", ActivationError)
         key = ("numpy", k, quad_nodes)
         if key in self._cache:
             return self._cache[key]
@@ -221,7 +223,7 @@ class Activation:
                 b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
                 return np.asarray(_f(b, s), dtype=float) * np.ones_like(b)
         else:
-            nodes, weights = np.polynomial.legendre.leggauss(_check_degree(quad_nodes))
+            nodes, weights = np.polynomial.legendre.leggauss(check_order(quad_nodes, "quad_nodes", ActivationError))
             kinks = np.array([float(c) for c in self._kinks()])
             # m_k = s^{-(k-j)} E[σ^{(j)}(b + s ξ) He_{k-j}(ξ)] (integration by parts), with j the highest order whose
             # classical derivative carries no Dirac mass; SymPy drops those masses for Piecewise, so j = 0 there
@@ -378,12 +380,6 @@ def _torch_namespace() -> dict[str, Any]:
 def _rational(x: float) -> sp.Rational:
     """The rational number a float was written as (``0.3 → 3/10``); never a guessed surd like ``sqrt(2)``."""
     return sp.nsimplify(x, rational=True)
-
-
-def _check_degree(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer, sp.Integer)) or int(k) < 0:
-        raise ActivationError(f"degree/order must be a non-negative integer, got {k!r}")
-    return int(k)
 
 
 # ---------------------------------------------------------------------------------------------------------------

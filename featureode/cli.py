@@ -12,19 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 
 def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=_json_default))
+    from .compare import json_default
 
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    return str(o)
+    print(json.dumps(obj, indent=2, default=json_default))
 
 
 # ----------------------------------------------------------------------------------------------------------------

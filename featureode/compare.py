@@ -108,7 +108,8 @@ def run_mlp(cfg: Config, out: Path, progress: bool = True) -> dict:
     return simulate_config(cfg, out, resume=(out / "checkpoint.pt").exists(), progress=progress)
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
+    """``json.dumps`` fallback: NumPy arrays and scalars as lists and numbers; anything else is an error."""
     if isinstance(o, np.ndarray):
         return o.tolist()
     if isinstance(o, (np.floating, np.integer)):
@@ -236,7 +237,7 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True) -> dic
     mlp = run_mlp(cfg, out, progress=progress)
     report = build_report(cfg, ode, mlp)
     report.update(digest=cfg.digest(tuple(SECTIONS)), wall_s=time.time() - t0)
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=json_default))
     (out / "report.md").write_text(report_markdown(cfg, report))
     report_figure(out / "report.png", cfg, ode, mlp, report)
     return report
@@ -485,6 +486,6 @@ def run_suite(suite: str, out: "str | Path", jobs: int = 1, progress: bool = Tru
             bar.update()
     bar.close()
     rows = [(c, aggregate(c, [results[r.run_name] for r in runs if r.name == c.name])) for c in cases]
-    (out / "summary.json").write_text(json.dumps({c.name: a for c, a in rows}, indent=1, default=_json_default))
+    (out / "summary.json").write_text(json.dumps({c.name: a for c, a in rows}, indent=1, default=json_default))
     (out / "summary.md").write_text(summary_markdown(suite, rows, basis))
     return rows

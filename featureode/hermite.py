@@ -10,6 +10,7 @@ Everything symbolic is exact SymPy; numeric evaluation uses the stable three-ter
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,22 +28,28 @@ class ModeError(ValueError):
 # ----------------------------------------------------------------------------------------------------------------
 # univariate
 # ----------------------------------------------------------------------------------------------------------------
-def _check_order(n: Any, what: str = "order") -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, sp.Integer)) or int(n) < 0:
-        raise ModeError(f"Hermite {what} must be a non-negative integer, got {n!r}")
-    return int(n)
+def check_order(n: Any, what: str = "Hermite order", error: type[Exception] = ModeError) -> int:
+    """``n`` as an ``int`` if it is a non-negative integer (Python, NumPy or SymPy; not a bool or a float), else
+    ``error`` naming ``what`` and the value."""
+    try:
+        value = operator.index(n)
+    except TypeError:
+        value = -1
+    if isinstance(n, bool) or value < 0:
+        raise error(f"{what} must be a non-negative integer, got {n!r}")
+    return value
 
 
 @lru_cache(maxsize=None)
 def hermite_expr(n: int, z: sp.Symbol = Z) -> sp.Expr:
     """Exact ``h_n(z) = He_n(z)/sqrt(n!)`` as a SymPy polynomial in ``z``."""
-    n = _check_order(n)
+    n = check_order(n)
     return sp.expand(sp.hermite_prob(n, z) / sp.sqrt(sp.factorial(n)))
 
 
 def hermite_values(z: Any, n_max: int) -> list:
     """``[h_0(z), …, h_{n_max}(z)]`` for a NumPy array or torch tensor ``z`` (three-term recurrence)."""
-    n_max = _check_order(n_max, "degree")
+    n_max = check_order(n_max, "Hermite degree")
     out = [z * 0 + 1]
     if n_max >= 1:
         out.append(z * 1)
@@ -63,7 +70,7 @@ def product_coefficients(m: int, n: int) -> dict[int, sp.Expr]:
     From ``He_m He_n = Σ_j j! binom(m, j) binom(n, j) He_{m+n-2j}``, so
     ``C(m, n, m+n-2j) = j! binom(m,j) binom(n,j) sqrt((m+n-2j)!/(m! n!))``.
     """
-    m, n = _check_order(m), _check_order(n)
+    m, n = check_order(m), check_order(n)
     out: dict[int, sp.Expr] = {}
     for j in range(min(m, n) + 1):
         k = m + n - 2 * j
@@ -75,14 +82,14 @@ def product_coefficients(m: int, n: int) -> dict[int, sp.Expr]:
 @lru_cache(maxsize=None)
 def monomial_to_hermite(p: int) -> dict[int, sp.Expr]:
     """Exact ``z^p = Σ_k a_k h_k(z)`` as ``{k: a_k}``: ``a_{p-2j} = p!/(j! (p-2j)! 2^j) · sqrt((p-2j)!)``."""
-    p = _check_order(p, "power")
+    p = check_order(p, "power")
     return {p - 2 * j: sp.factorial(p) / (sp.factorial(j) * sp.factorial(p - 2 * j) * 2**j)
             * sp.sqrt(sp.factorial(p - 2 * j)) for j in range(p // 2 + 1)}
 
 
 def hermite_derivative(n: int) -> tuple[sp.Expr, int]:
     """``h_n' = sqrt(n) h_{n-1}``: returns ``(sqrt(n), n-1)`` (coefficient 0 for ``n = 0``)."""
-    n = _check_order(n)
+    n = check_order(n)
     return (sp.sqrt(n), n - 1) if n > 0 else (sp.Integer(0), 0)
 
 
@@ -118,7 +125,7 @@ class Mode:
         """From ``{dim: order}`` (zero orders dropped)."""
         items = []
         for i, n in index.items():
-            i, n = int(i), _check_order(n)
+            i, n = int(i), check_order(n)
             if n:
                 items.append((i, n))
         return cls(tuple(sorted(items)))
