@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .config import MLP_SECTIONS, SECTIONS, Config, config_from_dict
-from .metrics import crossing_time, in_support_loss
+from .metrics import crossing_time, in_support_loss, ratio_range
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -45,15 +46,22 @@ def normalised(loss: Sequence[float]) -> np.ndarray:
 
 
 def curve_metrics(t_ode: Sequence[float], loss_ode: Sequence[float], t_ref: Sequence[float],
-                  loss_ref: Sequence[float], floor: float = 1e-2) -> dict[str, float | None]:
-    """Metrics of DESIGN §5 for one ODE curve against one reference (MLP) curve, both as ``L/L(0)``."""
+                  loss_ref: Sequence[float], floor: float = 1e-2) -> dict[str, Any]:
+    """Metrics of DESIGN §5 for one ODE curve against one reference (MLP) curve, both as ``L/L(0)``.
+
+    ``t50``/``t10``: the ODE's crossing times; ``t50_ratio``/``t10_ratio``: ODE/MLP, ``None`` unless both curves
+    cross; ``t50_ratio_range``/``t10_ratio_range``: ``[lo, hi]`` from :func:`~featureode.metrics.ratio_range`, so a
+    curve that ends before crossing still bounds the ratio (``hi = None`` for no upper bound; ``None`` when neither
+    crosses)."""
     t_o, l_o = np.asarray(t_ode, float), normalised(loss_ode)
     t_r, l_r = np.asarray(t_ref, float), normalised(loss_ref)
-    out: dict[str, float | None] = {}
+    out: dict[str, Any] = {}
     for key, level in (("t50", 0.5), ("t10", 0.1)):
         a, b = crossing_time(t_o, l_o, level), crossing_time(t_r, l_r, level)
         out[key] = a
         out[f"{key}_ratio"] = None if a is None or b is None or b == 0 else a / b
+        rng = ratio_range(a, float(t_o[-1]), b, float(t_r[-1]))
+        out[f"{key}_ratio_range"] = None if rng is None else [rng[0], rng[1] if math.isfinite(rng[1]) else None]
     mask = (l_r > floor) & (t_r > 0) & (t_r <= t_o[-1])
     if mask.any():
         diff = np.log(interp_log(t_r[mask], t_o, l_o)) - np.log(l_r[mask])
@@ -165,10 +173,12 @@ def report_markdown(cfg: Config, report: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for name, v in report["variants"].items():
         s = {k: None for k in ("t50_ratio", "t10_ratio", "log_rms")} | v["in_support"]
-        lines.append(f"| {name} | {f(v['t50'], 4)} | {f(v['t10'], 4)} | {f(v['t50_ratio'])} | {f(v['t10_ratio'])} | "
+        r50, r10 = (ratio_text(_range(v, k)) for k in ("t50_ratio", "t10_ratio"))
+        lines.append(f"| {name} | {f(v['t50'], 4)} | {f(v['t10'], 4)} | {r50} | {r10} | "
                      f"{f(v['log_rms'])} | {f(s['t50_ratio'])} | {f(s['t10_ratio'])} | {f(s['log_rms'])} |")
     lines += [f"\n**{name} failed**: {v['error']}" for name, v in report["variants"].items() if v.get("error")]
-    lines += ["", "Ratios are ODE/MLP; log-RMS is the RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",
+    lines += ["", "Ratios are ODE/MLP (`< x`, `> x`: a bound, where one curve ends before it crosses); log-RMS is the "
+              "RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",
               "![report](report.png)", ""]
     return "\n".join(lines)
 
@@ -372,19 +382,65 @@ def _run_case(suite: str, case: Case, out: str, force: bool, basis: str) -> dict
 BANDS = {"displacement": ((0.85, 1.25), (0.75, 1.30)), "displacement_prototype": ((0.93, 1.20), (0.75, 1.25))}
 
 
+def _range(v: dict, key: str) -> tuple[float, float] | None:
+    """Where a variant's ratio ``key`` (``"t50_ratio"``, ``"t10_ratio"``) lies: its ``key + "_range"`` entry (upper
+    end ``None`` = ∞) if it has one, else the exact value, else ``None``."""
+    if f"{key}_range" in v:
+        return _as_range(v[f"{key}_range"])
+    x = v.get(key)
+    return None if x is None else (float(x), float(x))
+
+
+def _as_range(r: Sequence[float | None] | None) -> tuple[float, float] | None:
+    """A stored ``[lo, hi]`` (``hi = None``: ∞) as a tuple."""
+    return None if r is None else (float(r[0]), math.inf if r[1] is None else float(r[1]))
+
+
+def ratio_text(rng: tuple[float, float] | None, digits: int = 3) -> str:
+    """A ratio range as text: the value, ``< hi``, ``> lo``, ``[lo, hi]``, or ``—``."""
+    if rng is None:
+        return "—"
+    lo, hi = rng
+    if lo == hi:
+        return f"{lo:.{digits}g}"
+    if lo == 0:
+        return f"< {hi:.{digits}g}"
+    if math.isinf(hi):
+        return f"> {lo:.{digits}g}"
+    return f"[{lo:.{digits}g}, {hi:.{digits}g}]"
+
+
+def _in_band(rng: tuple[float, float] | None, lo: float, hi: float) -> bool | None:
+    """Is a ratio known to lie in ``[lo, hi]`` (``True``), known to lie outside (``False``), or not known (``None``)?"""
+    if rng is None:
+        return None
+    a, b = rng
+    if a == b:
+        return lo <= a <= hi
+    if lo <= a and b <= hi:
+        return True
+    return False if b <= lo or a >= hi else None
+
+
+def _all(verdicts: Sequence[bool | None]) -> bool | None:
+    """``False`` if any verdict is ``False``, ``True`` if all are ``True``, else ``None``."""
+    return False if False in verdicts else True if all(v is True for v in verdicts) else None
+
+
 def acceptance(case: Case, report: dict) -> dict[str, bool | None]:
     """Acceptance verdicts of one case: ``displacement`` with t50 and t10 ratios in the bands of :data:`BANDS`
     (issue 6, and the prototype's DESIGN §5 figures as ``displacement_prototype``) on every case; ``lazy`` within 10%
-    on t50 for the lazy cases (γ ≤ ``LAZY_RICHNESS``). ``None`` where a crossing time is missing."""
+    on t50 for the lazy cases (γ ≤ ``LAZY_RICHNESS``). A ratio bounded but not known (one curve ends before it
+    crosses) still decides when the bound lies outside the band; ``None`` where it cannot decide."""
     out: dict[str, bool | None] = {}
     d = report["variants"].get("displacement")
     if d is not None:
         for rule, ((lo50, hi50), (lo10, hi10)) in BANDS.items():
-            r50, r10 = d["t50_ratio"], d["t10_ratio"]
-            out[rule] = None if r50 is None or r10 is None else lo50 <= r50 <= hi50 and lo10 <= r10 <= hi10
+            out[rule] = _all([_in_band(_range(d, "t50_ratio"), lo50, hi50),
+                              _in_band(_range(d, "t10_ratio"), lo10, hi10)])
     lz = report["variants"].get("lazy")
     if lz is not None and case.richness <= LAZY_RICHNESS:
-        out["lazy"] = None if lz["t50_ratio"] is None else abs(lz["t50_ratio"] - 1) <= 0.10
+        out["lazy"] = _in_band(_range(lz, "t50_ratio"), 0.9, 1.1)
     return out
 
 
@@ -398,7 +454,8 @@ def _mean_sd(xs: Sequence[float | None]) -> tuple[float | None, float | None, in
 
 def aggregate(case: Case, reports: Sequence[dict]) -> dict:
     """One case over its seeds: per variant the mean, standard deviation and count of the t50/t10 ratios, the
-    acceptance verdicts of each seed, and the verdicts of the seed-mean ratios (``None`` if a seed lacks a time)."""
+    acceptance verdicts of each seed, and the verdicts of the seed-mean ratios. Where some seed has only a bound on a
+    ratio, the seed mean has one too (the mean of the seeds' ranges, ``range``), and the verdict uses it."""
     variants = sorted({v for r in reports for v in r["variants"]})
     out: dict[str, Any] = {"seeds": [r["config"]["training"]["seed"] for r in reports],
                            "mlp": {k: _mean_sd([r["mlp"][k] for r in reports])[0] for k in ("t50", "t10")},
@@ -410,9 +467,14 @@ def aggregate(case: Case, reports: Sequence[dict]) -> dict:
             vals = [r["variants"][v][key] if v in r["variants"] else None for r in reports]
             m, sd, n = _mean_sd(vals)
             stats[key] = {"mean": m, "sd": sd, "n": n, "values": vals}
+        mean_report["variants"][v] = {}
+        for key in ("t50_ratio", "t10_ratio"):
+            ranges = [_range(r["variants"][v], key) if v in r["variants"] else None for r in reports]
+            mean = None if None in ranges else (float(np.mean([a for a, _ in ranges])),
+                                                float(np.mean([b for _, b in ranges])))
+            stats[key]["range"] = None if mean is None else [mean[0], mean[1] if math.isfinite(mean[1]) else None]
+            mean_report["variants"][v][f"{key}_range"] = stats[key]["range"]
         out["variants"][v] = stats
-        mean_report["variants"][v] = {k: (stats[k]["mean"] if stats[k]["n"] == len(reports) else None)
-                                      for k in ("t50_ratio", "t10_ratio")}
     out["accepted"] = acceptance(case, mean_report)
     return out
 
@@ -422,14 +484,20 @@ def summary_markdown(suite: str, rows: list[tuple[Case, dict]], basis: str = "ta
     variants = sorted({v for _, a in rows for v in a["variants"]})
     f = lambda x: "—" if x is None else f"{x:.3g}"  # noqa: E731
 
-    def cell(st: dict) -> str:
-        return f(st["mean"]) + (f" ± {st['sd']:.2g}" if st["sd"] is not None else "")
-
     seeds = SUITES[suite].get("seeds", (0,))
+
+    def cell(st: dict) -> str:
+        if st["n"] == len(st["values"]):
+            return f(st["mean"]) + (f" ± {st['sd']:.2g}" if st["sd"] is not None else "")
+        if st.get("range") is not None:
+            return ratio_text(_as_range(st["range"]))
+        return "—" if st["n"] == 0 else f"{f(st['mean'])} ({st['n']}/{len(st['values'])} seeds)"
+
     head = "| case | MLP t50 | MLP t10 | " + " | ".join(f"{v} t50 / t10 ratio" for v in variants) + " | accepted |"
     lines = [f"# validation suite `{suite}`, ODE on the {basis} basis", "", SUITES[suite]["description"], "",
              f"Ratios are ODE/MLP on the test loss, mean ± standard deviation over seeds {list(seeds)} (network "
-             "initialisation and SGD samples); no constant is fitted. A verdict is on the seed-mean ratios; "
+             "initialisation and SGD samples); no constant is fitted. `< x` / `> x`: a bound on the seed mean, where "
+             "some seed's curve (MLP or ODE) ends before it crosses. A verdict is on the seed-mean ratios; "
              "`k/n seeds` counts the seeds whose own ratios are inside the band.", "", head,
              "|" + "---|" * (len(variants) + 4)]
     for case, a in rows:
@@ -450,7 +518,7 @@ def summary_markdown(suite: str, rows: list[tuple[Case, dict]], basis: str = "ta
         runs = [acc[rule] for _, a in rows for acc in a["accepted_per_seed"] if rule in acc]
         if got:
             lines.append(f"\n**{rule}** ({text}): {sum(1 for x in got if x)}/{len(got)} cases on the seed mean"
-                         + (f" ({sum(1 for x in got if x is None)} without a crossing time in some seed)"
+                         + (f" ({sum(1 for x in got if x is None)} undecided: a curve ends before it crosses)"
                             if None in got else "")
                          + f"; {sum(1 for x in runs if x)}/{len(runs)} single runs")
     return "\n".join(lines) + "\n"

@@ -34,3 +34,19 @@ def in_support_loss(f: np.ndarray, v: np.ndarray) -> np.ndarray:
         raise ValueError(f"the in-support loss needs a target with a nonzero coefficient v_β, got v = {v!r}")
     v_s = np.asarray(v, float)[support]
     return ((np.asarray(f, float)[..., support] - v_s) ** 2).sum(-1) / float((v_s**2).sum())
+
+
+def ratio_range(a: float | None, a_end: float, b: float | None, b_end: float) -> tuple[float, float] | None:
+    """Where the ratio ``a/b`` of two crossing times can lie when either curve may end before crossing.
+
+    ``a``, ``b``: crossing times (``None``: the curve ends at ``a_end`` / ``b_end`` without crossing, so the crossing,
+    if any, is later). Returns ``(lo, hi)``: ``(a/b, a/b)`` when both crossed; ``(a_end/b, ∞)`` when only ``b``
+    did; ``(0, a/b_end)`` when only ``a`` did (the ratio is below ``a/b_end``); ``None`` when neither did or ``b = 0``.
+    """
+    if b == 0 or (a is None and b is None):
+        return None
+    if a is not None and b is not None:
+        return a / b, a / b
+    if a is None:
+        return (a_end / b, math.inf) if b else None
+    return 0.0, a / b_end

@@ -122,6 +122,24 @@ def test_curve_metrics_of_time_rescaled_curve():
     assert m["log_rms"] == pytest.approx(np.sqrt(np.mean((t[mask] - t[mask] / 1.2) ** 2)), rel=1e-9)
 
 
+def test_ratio_range_of_truncated_curves_contains_the_true_ratio():
+    """Exponential curves L = exp(−t/τ) cross 10% at τ ln 10, so the true t10 ratio is τ_ode/τ_mlp. Cut one curve
+    before it crosses: the ratio is then unknown, and the range must bound it by the end of the cut curve."""
+    t = np.concatenate([[0.0], np.logspace(-2, 2, 81)])
+    mlp, ode = np.exp(-t / 3.0), np.exp(-t / 1.5)  # true ratios 0.5
+    cut = t <= 4.0  # the MLP ends at t = 4 < 3 ln 10 ≈ 6.9, the ODE crosses at 1.5 ln 10 ≈ 3.45
+    m = curve_metrics(t, ode, t[cut], mlp[cut])
+    assert m["t10_ratio"] is None
+    lo, hi = m["t10_ratio_range"]
+    assert lo == 0.0 and hi == pytest.approx(1.5 * math.log(10) / t[cut][-1], rel=1e-12) and lo < 0.5 < hi
+    assert m["t50_ratio_range"] == [pytest.approx(0.5, rel=1e-10)] * 2  # both cross 50% before t = 4
+    m = curve_metrics(t[cut], mlp[cut], t, ode)  # now the *ODE* is cut and slower: the ratio is above t_end/t10
+    lo, hi = m["t10_ratio_range"]
+    assert hi is None and lo == pytest.approx(t[cut][-1] / (1.5 * math.log(10)), rel=1e-12) and lo < 2.0
+    m = curve_metrics(t[cut], mlp[cut], t[cut], mlp[cut] ** 0.5)  # neither crosses 10% before t = 4
+    assert m["t10_ratio_range"] is None
+
+
 def test_output_dir_guard(tmp_path):
     cfg = load_config()
     guard_output_dir(tmp_path, cfg)
@@ -167,6 +185,19 @@ def test_acceptance_bands_and_lazy_rule():
     assert acceptance(lazy, report(1.0, 1.0, 1.09))["lazy"] is True
     assert acceptance(lazy, report(1.0, 1.0, 0.89))["lazy"] is False
 
+    def bounded(r50, r10_range):
+        return {"variants": {"displacement": {"t50_ratio": r50, "t10_ratio": None, "t10_ratio_range": r10_range}}}
+
+    # the MLP ends before its t10 with ODE t10 / MLP end = 0.49: the ratio is below 0.49, outside [0.75, 1.30]
+    assert acceptance(rich, bounded(1.0, [0.0, 0.49]))["displacement"] is False
+    # below 0.9: could be inside the band or not
+    assert acceptance(rich, bounded(1.0, [0.0, 0.9]))["displacement"] is None
+    # a failed t50 decides whatever t10 is
+    assert acceptance(rich, bounded(2.0, [0.0, 0.9]))["displacement"] is False
+    # the ODE ends first: above 1.4 is outside [0.75, 1.30], above 1.0 is undecided
+    assert acceptance(rich, bounded(1.0, [1.4, None]))["displacement"] is False
+    assert acceptance(rich, bounded(1.0, [1.0, None]))["displacement"] is None
+
 
 def test_in_support_loss_leaves_out_extended_modes():
     v = [0.6, 0.8, 0.0]  # third mode: an extended-basis mode outside the target's support
@@ -195,3 +226,10 @@ def test_aggregate_over_seeds():
     assert a["mlp"]["t50"] == pytest.approx(11.0)
     b = aggregate(case, [rep(0, 1.0, None), rep(1, 1.0, 1.0)])
     assert b["accepted"]["displacement"] is None and b["variants"]["displacement"]["t10_ratio"]["n"] == 1
+    # bounds from seeds whose MLP ended before t10: the seed mean is below the mean of the seeds' upper ends
+    c0, c1 = rep(0, 1.0, None), rep(1, 1.0, None)
+    c0["variants"]["displacement"]["t10_ratio_range"] = [0.0, 0.5]
+    c1["variants"]["displacement"]["t10_ratio_range"] = [0.0, 0.7]
+    c = aggregate(case, [c0, c1])
+    assert c["variants"]["displacement"]["t10_ratio"]["range"] == [0.0, pytest.approx(0.6)]
+    assert c["accepted"]["displacement"] is False  # mean t10 ratio < 0.6 < 0.75
