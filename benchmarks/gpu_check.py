@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from featureode.compare import compare_config
+from featureode.compare import compare_config, ratio_bounds, ratio_text
 from featureode.config import load_config
 from featureode.mlp import RunSpec, _Simulation, simulate_config
 
@@ -84,7 +84,7 @@ def main() -> None:
             wall = time.perf_counter() - t0
         d = rep["variants"]["displacement"]
         lines += ["", f"Built-in default `compare` on the device: {wall:.1f} s wall; displacement t50/t10 ratios "
-                      f"{d['t50_ratio']:.3f} / {d['t10_ratio']:.3f}."]
+                      f"{ratio_text(ratio_bounds(d, 't50_ratio'))} / {ratio_text(ratio_bounds(d, 't10_ratio'))}."]
         print(lines[-1], flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")

@@ -71,6 +71,34 @@ def curve_metrics(t_ode: Sequence[float], loss_ode: Sequence[float], t_ref: Sequ
     return out
 
 
+def ratio_bounds(v: dict, key: str) -> tuple[float, float] | None:
+    """Where a variant's ratio ``key`` (``"t50_ratio"``, ``"t10_ratio"``) lies: its ``key + "_range"`` entry (upper
+    end ``None`` = ∞) if it has one, else the exact value, else ``None``."""
+    if f"{key}_range" in v:
+        return _as_range(v[f"{key}_range"])
+    x = v.get(key)
+    return None if x is None else (float(x), float(x))
+
+
+def _as_range(r: Sequence[float | None] | None) -> tuple[float, float] | None:
+    """A stored ``[lo, hi]`` (``hi = None``: ∞) as a tuple."""
+    return None if r is None else (float(r[0]), math.inf if r[1] is None else float(r[1]))
+
+
+def ratio_text(rng: tuple[float, float] | None, digits: int = 3) -> str:
+    """A ratio range as text: the value, ``< hi``, ``> lo``, ``[lo, hi]``, or ``—``."""
+    if rng is None:
+        return "—"
+    lo, hi = rng
+    if lo == hi:
+        return f"{lo:.{digits}g}"
+    if lo == 0:
+        return f"< {hi:.{digits}g}"
+    if math.isinf(hi):
+        return f"> {lo:.{digits}g}"
+    return f"[{lo:.{digits}g}, {hi:.{digits}g}]"
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # output folders and caching
 # ----------------------------------------------------------------------------------------------------------------
@@ -173,7 +201,7 @@ def report_markdown(cfg: Config, report: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for name, v in report["variants"].items():
         s = {k: None for k in ("t50_ratio", "t10_ratio", "log_rms")} | v["in_support"]
-        r50, r10 = (ratio_text(_range(v, k)) for k in ("t50_ratio", "t10_ratio"))
+        r50, r10 = (ratio_text(ratio_bounds(v, k)) for k in ("t50_ratio", "t10_ratio"))
         lines.append(f"| {name} | {f(v['t50'], 4)} | {f(v['t10'], 4)} | {r50} | {r10} | "
                      f"{f(v['log_rms'])} | {f(s['t50_ratio'])} | {f(s['t10_ratio'])} | {f(s['log_rms'])} |")
     lines += [f"\n**{name} failed**: {v['error']}" for name, v in report["variants"].items() if v.get("error")]
@@ -382,34 +410,6 @@ def _run_case(suite: str, case: Case, out: str, force: bool, basis: str) -> dict
 BANDS = {"displacement": ((0.85, 1.25), (0.75, 1.30)), "displacement_prototype": ((0.93, 1.20), (0.75, 1.25))}
 
 
-def _range(v: dict, key: str) -> tuple[float, float] | None:
-    """Where a variant's ratio ``key`` (``"t50_ratio"``, ``"t10_ratio"``) lies: its ``key + "_range"`` entry (upper
-    end ``None`` = ∞) if it has one, else the exact value, else ``None``."""
-    if f"{key}_range" in v:
-        return _as_range(v[f"{key}_range"])
-    x = v.get(key)
-    return None if x is None else (float(x), float(x))
-
-
-def _as_range(r: Sequence[float | None] | None) -> tuple[float, float] | None:
-    """A stored ``[lo, hi]`` (``hi = None``: ∞) as a tuple."""
-    return None if r is None else (float(r[0]), math.inf if r[1] is None else float(r[1]))
-
-
-def ratio_text(rng: tuple[float, float] | None, digits: int = 3) -> str:
-    """A ratio range as text: the value, ``< hi``, ``> lo``, ``[lo, hi]``, or ``—``."""
-    if rng is None:
-        return "—"
-    lo, hi = rng
-    if lo == hi:
-        return f"{lo:.{digits}g}"
-    if lo == 0:
-        return f"< {hi:.{digits}g}"
-    if math.isinf(hi):
-        return f"> {lo:.{digits}g}"
-    return f"[{lo:.{digits}g}, {hi:.{digits}g}]"
-
-
 def _in_band(rng: tuple[float, float] | None, lo: float, hi: float) -> bool | None:
     """Is a ratio known to lie in ``[lo, hi]`` (``True``), known to lie outside (``False``), or not known (``None``)?"""
     if rng is None:
@@ -436,11 +436,11 @@ def acceptance(case: Case, report: dict) -> dict[str, bool | None]:
     d = report["variants"].get("displacement")
     if d is not None:
         for rule, ((lo50, hi50), (lo10, hi10)) in BANDS.items():
-            out[rule] = _all([_in_band(_range(d, "t50_ratio"), lo50, hi50),
-                              _in_band(_range(d, "t10_ratio"), lo10, hi10)])
+            out[rule] = _all([_in_band(ratio_bounds(d, "t50_ratio"), lo50, hi50),
+                              _in_band(ratio_bounds(d, "t10_ratio"), lo10, hi10)])
     lz = report["variants"].get("lazy")
     if lz is not None and case.richness <= LAZY_RICHNESS:
-        out["lazy"] = _in_band(_range(lz, "t50_ratio"), 0.9, 1.1)
+        out["lazy"] = _in_band(ratio_bounds(lz, "t50_ratio"), 0.9, 1.1)
     return out
 
 
@@ -469,7 +469,7 @@ def aggregate(case: Case, reports: Sequence[dict]) -> dict:
             stats[key] = {"mean": m, "sd": sd, "n": n, "values": vals}
         mean_report["variants"][v] = {}
         for key in ("t50_ratio", "t10_ratio"):
-            ranges = [_range(r["variants"][v], key) if v in r["variants"] else None for r in reports]
+            ranges = [ratio_bounds(r["variants"][v], key) if v in r["variants"] else None for r in reports]
             mean = None if None in ranges else (float(np.mean([a for a, _ in ranges])),
                                                 float(np.mean([b for _, b in ranges])))
             stats[key]["range"] = None if mean is None else [mean[0], mean[1] if math.isfinite(mean[1]) else None]

@@ -654,14 +654,20 @@ def hea_eigenvalues(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequenc
 
 def compare_exact_hea(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequence[float]",
                       activation: "str | Activation", bias_std: float) -> list[dict[str, Any]]:
-    """Per mode: exact ``λ_β(0)``, HEA ``Λ_{|β|} g^β`` and their ratio HEA/exact (where HEA breaks, it shows)."""
+    """Per mode: exact ``λ_β(0)``, HEA ``Λ_{|β|} g^β`` and their ratio HEA/exact (where HEA breaks, it shows;
+    ``None`` where the exact eigenvalue is 0)."""
     g = _g_of(spectrum)
     ms = _modes_of(modes, len(g))
     exact, _ = exact_eigenvalues(ms, g, activation, bias_std)
     lam = level_coefficients(activation, bias_std, max((m.degree for m in ms), default=0))
     hea = hea_eigenvalues(ms, g, lam)
-    return [{"mode": str(m), "degree": m.degree, "exact": float(e), "hea": float(h), "hea_over_exact": float(h / e)}
+    return [{"mode": str(m), "degree": m.degree, "exact": float(e), "hea": float(h), "hea_over_exact": _ratio(h, e)}
             for m, e, h in zip(ms, exact, hea)]
+
+
+def _ratio(num: float, den: float) -> float | None:
+    """``num/den``, ``None`` for ``den = 0`` (JSON has no NaN)."""
+    return float(num / den) if den != 0 else None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -790,7 +796,7 @@ def kernel_report(cfg: Any) -> dict[str, Any]:
         "c": kt.c.tolist(),
         "level_coefficients": kt.level_coefficients.tolist(),
         "target": kt.target.tolist(),
-        "hea_over_exact": (kt.lambda_hea / kt.lambda_exact).tolist(),
+        "hea_over_exact": [_ratio(h, e) for h, e in zip(kt.lambda_hea, kt.lambda_exact)],
         "exact_quadrature_error": np.abs(finer - kt.lambda_exact).tolist(),
         "kappa": kt.kappa,
         "activation": kt.activation,
@@ -831,7 +837,7 @@ def exact_vs_hea_figure(path: "str | Path", activation: str = "relu", bias_std: 
                                 (Mode.from_dict({0: level}), "--")):
                 if level == 1 and style == "--":
                     continue
-                ratios = [r["hea_over_exact"] for d in dims
+                ratios = [math.nan if r["hea_over_exact"] is None else r["hea_over_exact"] for d in dims
                           for r in compare_exact_hea([mode], make(d), activation, bias_std)]
                 panel[str(mode)] = ratios
                 ax.plot(dims, ratios, style, marker="o", color=f"C{level - 1}", label=f"{mode} (level {level})")

@@ -41,12 +41,13 @@ def ratio_range(a: float | None, a_end: float, b: float | None, b_end: float) ->
 
     ``a``, ``b``: crossing times (``None``: the curve ends at ``a_end`` / ``b_end`` without crossing, so the crossing,
     if any, is later). Returns ``(lo, hi)``: ``(a/b, a/b)`` when both crossed; ``(a_end/b, ∞)`` when only ``b``
-    did; ``(0, a/b_end)`` when only ``a`` did (the ratio is below ``a/b_end``); ``None`` when neither did or ``b = 0``.
+    did; ``(0, a/b_end)`` when only ``a`` did (the ratio is below ``a/b_end``); ``None`` when neither did, when
+    ``b = 0``, or when the curve that did not cross ends at ``t ≤ 0`` (no information).
     """
-    if b == 0 or (a is None and b is None):
+    if b == 0 or (a is None and b is None) or (a is None and a_end <= 0) or (b is None and b_end <= 0):
         return None
     if a is not None and b is not None:
         return a / b, a / b
     if a is None:
-        return (a_end / b, math.inf) if b else None
+        return a_end / b, math.inf
     return 0.0, a / b_end

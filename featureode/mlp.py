@@ -72,7 +72,7 @@ STREAMS = ("init", "train", "test", "probe")
 CPU_CHUNK = 256           # samples per kernel call on a CPU (activations of a chunk stay in cache)
 GPU_MEASURE_CHUNK = 8192  # test samples per kernel call on a GPU (training steps take the whole batch at once)
 DIVERGENCE_FACTOR = 10.0  # a batch loss above this × L(0) counts as divergence
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: neuron-major step kernel (other float rounding than version 1)
 _BATCH_KEYS = {"data": ("dim",), "network": ("activation", "width"),
                "training": ("batch", "device", "dtype", "ntk_every", "checkpoint_every", "threads", "compile")}
 
@@ -435,7 +435,8 @@ class _Simulation:
         """Restore a checkpoint written by :meth:`save` for the same configs and modes."""
         st = torch.load(path, map_location="cpu", weights_only=True)
         if st.get("version") != CHECKPOINT_VERSION:
-            raise MLPError(f"{path}: checkpoint format {st.get('version')!r}, expected {CHECKPOINT_VERSION}")
+            raise MLPError(f"{path}: checkpoint format {st.get('version')!r}, this featureode writes and resumes "
+                           f"{CHECKPOINT_VERSION}; delete the checkpoint (or choose another --out) to start the run afresh")
         if st["digests"] != [s.digest for s in self.specs] or st["modes"] != [[str(m) for m in s.modes]
                                                                             for s in self.specs]:
             raise MLPError(f"{path} was written for a different configuration or mode set; delete it or "

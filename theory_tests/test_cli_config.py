@@ -138,6 +138,15 @@ def test_ratio_range_of_truncated_curves_contains_the_true_ratio():
     assert hi is None and lo == pytest.approx(t[cut][-1] / (1.5 * math.log(10)), rel=1e-12) and lo < 2.0
     m = curve_metrics(t[cut], mlp[cut], t[cut], mlp[cut] ** 0.5)  # neither crosses 10% before t = 4
     assert m["t10_ratio_range"] is None
+    m = curve_metrics(t, ode, [0.0], [1.0])  # a reference that ends at t = 0 bounds nothing
+    assert m["t10_ratio_range"] is None and m["t50_ratio_range"] is None
+
+
+def test_ratio_text():
+    from featureode.compare import ratio_text
+
+    assert [ratio_text(r) for r in (None, (1.25, 1.25), (0.0, 0.4967), (4.031, math.inf), (0.5, 0.75))] == \
+        ["—", "1.25", "< 0.497", "> 4.03", "[0.5, 0.75]"]
 
 
 def test_output_dir_guard(tmp_path):
@@ -233,3 +242,10 @@ def test_aggregate_over_seeds():
     c = aggregate(case, [c0, c1])
     assert c["variants"]["displacement"]["t10_ratio"]["range"] == [0.0, pytest.approx(0.6)]
     assert c["accepted"]["displacement"] is False  # mean t10 ratio < 0.6 < 0.75
+    # an exact seed and a seed whose ODE ended first (ratio > 2.0): the mean lies in [(1.0 + 2.0)/2, ∞)
+    c0["variants"]["displacement"]["t10_ratio_range"] = [1.0, 1.0]
+    c1["variants"]["displacement"]["t10_ratio_range"] = [2.0, None]
+    c = aggregate(case, [c0, c1])
+    assert c["variants"]["displacement"]["t10_ratio"]["range"] == [pytest.approx(1.5), None]
+    assert c["accepted"]["displacement"] is False  # > 1.5 is above the band's 1.30
+    json.dumps(c, allow_nan=False)  # no Infinity in the JSON summary
