@@ -220,7 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt")
 
     v = add("validate", cmd_validate, "run a named validation suite (ODE vs MLP on a grid)")
-    v.add_argument("suite", help="suite name (see featureode.compare.SUITES)")
+    from .compare import SUITES
+
+    v.add_argument("suite", choices=sorted(SUITES), help="; ".join(f"{k}: {SUITES[k]['description']}"
+                                                                   for k in sorted(SUITES)))
     v.add_argument("--out", required=True, metavar="DIR")
     v.add_argument("--jobs", type=int, default=1, help="parallel local processes")
     v.add_argument("--basis", choices=("target", "extended"), default="target",

@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -67,6 +68,10 @@ _PAIR_COST_S = 1e-2
 
 class KernelError(ValueError):
     """Kernel quantities that cannot be computed as asked (budget too large, inconsistent inputs)."""
+
+
+class KernelWarning(UserWarning):
+    """A kernel quantity that is valid but makes the feature ODE degenerate (e.g. a target mode with λ_β(0) = 0)."""
 
 
 @dataclass(frozen=True)
@@ -770,6 +775,15 @@ def kernel_theory(cfg: Any, basis: str | None = None, with_gram: bool = False) -
         exact, stderr = np.diag(gram).copy(), np.zeros(len(modes))
     else:
         exact, stderr = exact_eigenvalues(modes, spectrum, act, bias)
+    scale = max(1.0, float(np.abs(exact).max(initial=0.0)))
+    dead = [str(m) for m, val, e in zip(modes, v, exact) if val != 0 and abs(e) <= 1e-13 * scale]
+    if dead:
+        warnings.warn(f"target mode(s) {', '.join(dead)} have init NTK eigenvalue λ_β(0) = 0 with activation "
+                      f"{act.name!r} (σ_b = {bias:g}): the kernel has no component along them, and the built-in "
+                      "feature-ODE variants scale λ_β(0), so their coefficients stay at 0. Choose an activation whose "
+                      "Hermite coefficients of those degrees do not vanish (e.g. relu), or a target without those "
+                      "modes.",
+                      KernelWarning, stacklevel=2)
     return KernelTheory(
         modes=tuple(modes), target=v, g=spectrum.g.copy(), gamma=float(cfg.network.richness),
         lambda_exact=exact, lambda_exact_stderr=stderr, lambda_hea=hea_eigenvalues(modes, spectrum, lam),

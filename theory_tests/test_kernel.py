@@ -361,6 +361,20 @@ def _config(**over):
     return config_from_dict(raw)
 
 
+def test_unlearnable_target_mode_warns():
+    """σ(u) = u² is a polynomial of degree 2, so σ(w·x + b) has no Hermite component of degree 3: the init NTK
+    eigenvalue of z0*z1*z2 is 0 (by the degree argument, not by the code) and kernel_theory says so; the degree-2
+    mode z0*z1 of the same target is learnable and not named."""
+    from featureode.kernel import KernelWarning
+
+    cfg = _config(network={"activation": "x**2"}, target={"expr": "z0*z1*z2 + z0*z1"}, data={"dim": 4})
+    with pytest.warns(KernelWarning, match=r"mode\(s\) z0\*z1\*z2 have init NTK eigenvalue") as rec:
+        theory = kernel_theory(cfg)
+    assert "z0*z1," not in str(rec[0].message)
+    lam = dict(zip(map(str, theory.modes), theory.lambda_exact))
+    assert lam["z0*z1*z2"] == 0 and lam["z0*z1"] > 0
+
+
 def test_kernel_report_contract_staircase3():
     rep = json.loads(json.dumps(kernel_report(_config())))
     assert {"modes", "exact", "exact_stderr", "hea", "c", "level_coefficients"} <= set(rep)
