@@ -177,3 +177,35 @@ def test_compare_reports_an_mlp_that_ran_out_of_steps(tmp_path):
     rep = json.loads((out / "report.json").read_text())
     assert rep["mlp"]["complete"] is False and rep["mlp"]["reached_t"] < 300.0
     assert f"MLP stopped early at t = {rep['mlp']['reached_t']:.4g}" in (out / "report.md").read_text()
+
+
+def test_convergence_study_example(tmp_path, monkeypatch, capsys):
+    """examples/convergence_study.py on a tiny suite: every (width, basis, variant) row, one training per width and
+    one ODE solve per basis, and each row's ratios equal those of a plain `compare` of the same config."""
+    from featureode import compare
+
+    tiny = {"description": "one tiny case",
+            "base": {"data": {"exponent": 1.5, "offset": 3.0},
+                     "network": {"activation": "relu", "width": 64, "bias_std": 0.5},
+                     "training": {"batch": 128, "seed": 0, "n_test": 1000, "n_points": 8, "ntk_probe": 32,
+                                  "compile": False, "threads": 1},
+                     "ode": {"variants": ["lazy", "displacement"]}},
+            "cases": compare._grid(["z0*z1"], [0.5], {}, 8), "t_max_factor": 1.0, "t_max_cap": 30.0}
+    monkeypatch.setitem(compare.SUITES, "tiny", tiny)
+    study = _load_script("convergence_study")
+    out = tmp_path / "study"
+    rows = study.main(["--out", str(out), "--suite", "tiny", "--case", "z0_z1_d8_g0.5", "--widths", "32", "64",
+                       "--bases", "3:1", "8:2", "--quiet"])
+    assert [(r["width"], r["max_modes"], r["variant"]) for r in rows] == [
+        (w, m, v) for w in (32, 64) for m in (3, 8) for v in ("lazy", "displacement")]
+    assert sorted(p.name for p in out.iterdir()) == ["mlp_N32", "mlp_N64", "ode_3_1", "ode_8_2", "study.json",
+                                                     "study.md"]
+    assert "| 64 | +2, ≤ 8 (" in (out / "study.md").read_text()
+    cfg = compare.suite_config("tiny", tiny["cases"][0], "extended").replace(
+        network={"width": 64}, ode={"extended_max_modes": 8, "extended_degree": 2})
+    ref = compare.compare_config(cfg, tmp_path / "ref", progress=False)["variants"]["displacement"]
+    row = next(r for r in rows if (r["width"], r["max_modes"], r["variant"]) == (64, 8, "displacement"))
+    assert row["t50_ratio"] == compare.ratio_bounds(ref, "t50_ratio")
+    assert row["ode_loss_end"] == pytest.approx(ref["loss"][-1], rel=1e-12)
+    with pytest.raises(SystemExit, match="unknown case 'nope'"):
+        study.main(["--out", str(out), "--suite", "tiny", "--case", "nope"])
