@@ -211,8 +211,9 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"[network] bias_std must be ≥ 0, got {n.bias_std}")
     if n.parametrization != "meanfield":
         raise ConfigError(f"[network] parametrization {n.parametrization!r} is not implemented; use 'meanfield'")
-    if t.batch < 1 or t.n_test < 1 or t.max_steps < 1:
-        raise ConfigError("[training] batch, n_test and max_steps must be ≥ 1")
+    for key in ("batch", "n_test", "max_steps"):
+        if getattr(t, key) < 1:
+            raise ConfigError(f"[training] {key} must be ≥ 1, got {getattr(t, key)}")
     if not t.t_max > 0:
         raise ConfigError(f"[training] t_max must be > 0, got {t.t_max}")
     if t.device not in ("auto", "cpu", "cuda") and not t.device.startswith("cuda:"):
