@@ -282,7 +282,7 @@ def _numpy_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
 
 
 def _numpy_source(system: ode.System) -> list[str]:
-    lines = ["import numpy", "", "", "def _block(a, b, c, e):", "    return numpy.block([[a, b], [c, e]])", "", ""]
+    lines = ["import functools", "", "import numpy", "", "", "def _block(a, b, c, e):", "    return numpy.block([[a, b], [c, e]])", "", ""]
     for name, assignments, ret in _functions(system):
         lines += _numpy_function(name, system, assignments, ret)
     return lines
@@ -359,7 +359,7 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
 
 
 def _numba_source(system: ode.System) -> list[str]:
-    lines = ["import math", "", "import numba", "import numpy", "", "",
+    lines = ["import functools", "import math", "", "import numba", "import numpy", "", "",
              "@numba.njit(cache=True)", "def _block(a, b, c, e):", "    M = a.shape[0]",
              "    out = numpy.empty((2 * M, 2 * M))", "    out[:M, :M] = a", "    out[:M, M:] = b",
              "    out[M:, :M] = c", "    out[M:, M:] = e", "    return out", "", ""]
@@ -379,7 +379,14 @@ def generate_source(system: ode.System, backend: str = "numpy") -> str:
               "", f"System {system.key}: basis {system.basis}; terms {', '.join(t.name for t in system.terms)}"
               + (f"; removed {', '.join(system.removed)}" if system.removed else "")
               + (f"; replaced {', '.join(system.replaced)}" if system.replaced else ""), '"""']
-    body = _numpy_source(system) if backend == "numpy" else _numba_source(system)
+    try:
+        body = _numpy_source(system) if backend == "numpy" else _numba_source(system)
+    except (ValueError, NotImplementedError) as exc:  # sympy's printers raise these for what they cannot print
+        raise CompileError(
+            f"cannot generate {backend} code for the system of terms {', '.join(t.name for t in system.terms)}: "
+            f"{str(exc).splitlines()[0].rstrip('.')}. A replaced or custom term probably uses a function whose derivative SymPy "
+            "leaves unevaluated (e.g. Abs or sign of an expression not known to be real); write it with Min, Max, "
+            "sqrt(x**2) or Piecewise instead") from None
     return "\n".join(header + body).rstrip() + "\n"
 
 
