@@ -177,7 +177,8 @@ def build_report(cfg: Config, ode: dict, mlp: dict) -> dict:
         # MLP's in-support loss)
         ins = curve_metrics(v["t"], in_support_loss(v["f"], ode["target"]), t_m, insup)
         variants[name] = {"t": list(v["t"]), "loss": normalised(v["loss"]).tolist(), **met,
-                          "in_support": {k: ins[k] for k in ("t50_ratio", "t10_ratio", "log_rms")}}
+                          "in_support": {k: ins[k] for k in ("t50_ratio", "t10_ratio", "log_rms", "t50_ratio_range",
+                                                             "t10_ratio_range")}}
         if v.get("error"):
             variants[name]["error"] = v["error"]
     return {"config": cfg.to_dict(), "modes": ode["modes"], "mlp": mlp_rep, "variants": variants}
@@ -201,9 +202,9 @@ def report_markdown(cfg: Config, report: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for name, v in report["variants"].items():
         s = {k: None for k in ("t50_ratio", "t10_ratio", "log_rms")} | v["in_support"]
-        r50, r10 = (ratio_text(ratio_bounds(v, k)) for k in ("t50_ratio", "t10_ratio"))
+        r50, r10, i50, i10 = (ratio_text(ratio_bounds(x, k)) for x in (v, s) for k in ("t50_ratio", "t10_ratio"))
         lines.append(f"| {name} | {f(v['t50'], 4)} | {f(v['t10'], 4)} | {r50} | {r10} | "
-                     f"{f(v['log_rms'])} | {f(s['t50_ratio'])} | {f(s['t10_ratio'])} | {f(s['log_rms'])} |")
+                     f"{f(v['log_rms'])} | {i50} | {i10} | {f(s['log_rms'])} |")
     lines += [f"\n**{name} failed**: {v['error']}" for name, v in report["variants"].items() if v.get("error")]
     lines += ["", "Ratios are ODE/MLP (`< x`, `> x`: a bound, where one curve ends before it crosses); log-RMS is the "
               "RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",

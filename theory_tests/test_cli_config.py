@@ -249,3 +249,26 @@ def test_aggregate_over_seeds():
     assert c["variants"]["displacement"]["t10_ratio"]["range"] == [pytest.approx(1.5), None]
     assert c["accepted"]["displacement"] is False  # > 1.5 is above the band's 1.30
     json.dumps(c, allow_nan=False)  # no Infinity in the JSON summary
+
+
+def test_report_bounds_the_in_support_ratio_too():
+    """An MLP whose in-support loss exp(−t/3) has not reached 10% when it stops at t = 4, against an ODE with
+    f = 1 − e^{−t} (in-support loss e^{−2t}, t10 = ln 10 / 2): the in-support t10 ratio is bounded by
+    (ln 10 / 2)/4, in report.json and in report.md."""
+    from featureode.compare import build_report, report_markdown
+
+    t = np.concatenate([[0.0], np.logspace(-2, np.log10(4.0), 60)])
+    f = 1 - np.exp(-t)
+    ode = {"modes": ["z0"], "target": [1.0],
+           "variants": {"lazy": {"t": t.tolist(), "loss": ((1 - f) ** 2).tolist(), "f": f[:, None].tolist()}}}
+    # the MLP's test loss e^{−t} does cross (t10 = ln 10 < 4): its ratio is exact, 0.5
+    mlp = {"t": t.tolist(), "loss": np.exp(-t).tolist(), "in_support_loss": np.exp(-t / 3).tolist()}
+    cfg = load_config()
+    rep = build_report(cfg, ode, mlp)
+    ins = rep["variants"]["lazy"]["in_support"]
+    assert ins["t10_ratio"] is None
+    assert ins["t10_ratio_range"] == [0.0, pytest.approx(math.log(10) / 2 / 4.0, rel=1e-9)]
+    assert rep["variants"]["lazy"]["t10_ratio"] == pytest.approx(0.5, rel=1e-9)
+    row = next(line for line in report_markdown(cfg, rep).splitlines() if line.startswith("| lazy"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]  # variant, t50, t10, ratios, log-RMS, in-support …
+    assert cells[4] == "0.5" and cells[7] == "< 0.288"
