@@ -18,7 +18,9 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from featureode.compare import (SUITES, build_report, ratio_bounds, ratio_text, run_mlp, suite_config)
+from featureode.compare import SUITES, build_report, ratio_bounds, ratio_text, run_mlp, suite_config
+from featureode.config import ConfigError
+from featureode.kernel import KernelError
 from featureode.solve import SolveError, solve_config
 
 
@@ -33,13 +35,26 @@ def _basis(text: str) -> tuple[int, int]:
     return modes, degree
 
 
+def _width(text: str) -> int:
+    """A network width: an integer ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a width is an integer ≥ 1, got {text!r}")
+    return value
+
+
 def study(suite: str, case_name: str, widths: Sequence[int], bases: Sequence[tuple[int, int]], seed: int,
           out: Path, progress: bool = True) -> list[dict[str, Any]]:
-    """One row per (width, basis, ODE variant): final losses and the ODE/MLP ratios (or their bounds)."""
+    """One row per (width, basis, ODE variant): final losses and the ODE/MLP ratios (or their bounds). Every config
+    is built (and so checked) before anything is solved or trained."""
     cases = {c.name: c for c in SUITES[suite]["cases"]}
     if case_name not in cases:
-        raise SystemExit(f"unknown case {case_name!r} in suite {suite!r}; known: {', '.join(cases)}")
+        raise ConfigError(f"unknown case {case_name!r} in suite {suite!r}; known: {', '.join(cases)}")
     base = suite_config(suite, cases[case_name], "extended").replace(training={"seed": seed})
+    configs = {width: base.replace(network={"width": width}) for width in widths}
     odes = {}
     for modes, degree in bases:
         cfg = base.replace(ode={"extended_max_modes": modes, "extended_degree": degree})
@@ -48,15 +63,15 @@ def study(suite: str, case_name: str, widths: Sequence[int], bases: Sequence[tup
         except SolveError as exc:  # keep the partial curve; the report marks the variant as failed
             odes[modes, degree] = exc.result
     rows = []
-    for width in widths:
-        cfg = base.replace(network={"width": width})
+    for width, cfg in configs.items():
         mlp = run_mlp(cfg, out / f"mlp_N{width}", progress=progress)
         for (modes, degree), ode in odes.items():
             rep = build_report(cfg, ode, mlp)
             m = rep["mlp"]
             for name, v in rep["variants"].items():
                 rows.append({"width": width, "max_modes": modes, "degree": degree, "modes": len(ode["modes"]),
-                             "variant": name, "t_end": m["t"][-1], "mlp_loss_end": m["loss"][-1],
+                             "variant": name, "t_end": m["t"][-1], "mlp_complete": m["complete"],
+                             "mlp_loss_end": m["loss"][-1],
                              "mlp_in_support_end": m["in_support_loss"][-1] / m["in_support_loss"][0],
                              "ode_loss_end": v["loss"][-1] if v["loss"] else None,
                              "t50_ratio": ratio_bounds(v, "t50_ratio"), "t10_ratio": ratio_bounds(v, "t10_ratio"),
@@ -67,12 +82,14 @@ def study(suite: str, case_name: str, widths: Sequence[int], bases: Sequence[tup
 def table(rows: Sequence[dict[str, Any]], title: str) -> str:
     """The rows as a Markdown table."""
     f = lambda x: "—" if x is None else f"{x:.3g}"  # noqa: E731
-    lines = [f"# {title}", "", "Losses are L/L(0) at the end of the horizon; ratios are ODE/MLP (`< x`: the MLP "
-             "does not cross within the horizon, so the ratio is only bounded). No constant is fitted.", "",
+    lines = [f"# {title}", "", "Losses are L/L(0) at the end of the horizon (of the MLP's run where it stopped early: "
+             "marked with its end time); ratios are ODE/MLP (`< x`: the MLP does not cross within the horizon, so "
+             "the ratio is only bounded). No constant is fitted.", "",
              "| N | extended basis (modes) | variant | MLP test loss | MLP in-support loss | ODE test loss | t50 ratio | "
              "t10 ratio | in-support t10 ratio |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['width']} | +{r['degree']}, ≤ {r['max_modes']} ({r['modes']}) | {r['variant']} | "
+        stop = "" if r["mlp_complete"] else f" (stopped at t = {r['t_end']:.4g})"
+        lines.append(f"| {r['width']}{stop} | +{r['degree']}, ≤ {r['max_modes']} ({r['modes']}) | {r['variant']} | "
                      f"{f(r['mlp_loss_end'])} | {f(r['mlp_in_support_end'])} | {f(r['ode_loss_end'])} | "
                      f"{ratio_text(r['t50_ratio'])} | {ratio_text(r['t10_ratio'])} | "
                      f"{f(r['in_support_t10_ratio'])} |")
@@ -80,23 +97,27 @@ def table(rows: Sequence[dict[str, Any]], title: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Parse the command line, run :func:`study`, write ``OUT/study.md`` and ``OUT/study.json``; returns the rows."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--suite", default="standard", choices=sorted(SUITES))
     ap.add_argument("--case", default="staircase_3_d16_g0.005")
-    ap.add_argument("--widths", type=int, nargs="+", default=[1024, 2048, 4096])
+    ap.add_argument("--widths", type=_width, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--bases", type=_basis, nargs="+", default=[(40, 2), (120, 4), (300, 4)],
                     help="extended bases as MAX_MODES:DEGREE (degree added to each target mode)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = study(args.suite, args.case, args.widths, args.bases, args.seed, args.out, progress=not args.quiet)
+    try:
+        rows = study(args.suite, args.case, args.widths, args.bases, args.seed, args.out, progress=not args.quiet)
+    except (ConfigError, KernelError) as exc:  # a bad case, width or basis, named by the library
+        ap.error(str(exc))
     text = table(rows, f"convergence study: `{args.case}` of suite `{args.suite}`, seed {args.seed}")
     (args.out / "study.md").write_text(text)
     (args.out / "study.json").write_text(json.dumps(
         [r | {k: (None if r[k] is None else [r[k][0], r[k][1] if r[k][1] != float("inf") else None])
-              for k in ("t50_ratio", "t10_ratio")} for r in rows], indent=1))
+              for k in ("t50_ratio", "t10_ratio")} for r in rows], indent=1, allow_nan=False))
     print(text)
     return rows
 

@@ -43,13 +43,14 @@ from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import ode
-from .indexed import IndexSpace, axes
+from .indexed import IndexedExpressionError, IndexSpace, axes
 
 #: Version of the generator: a hash of the modules that shape the generated code (this one, the Jacobian
 #: derivation and the system definitions), so an edited generator never reads stale modules from the cache.
 CODEGEN_VERSION = hashlib.sha256(b"".join(
     (Path(__file__).parent / name).read_bytes() for name in ("compile.py", "indexed.py", "ode.py"))).hexdigest()[:12]
 BACKENDS = ("numpy", "numba")
+_BUILTIN_TERMS = {t.name for t in (*ode.CORE_TERMS, ode.AGOP_GROWTH, ode.DISPLACEMENT_GROWTH)}
 _AXIS_ORDER = (ode.beta, ode.i, ode.alpha, ode.j)
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -282,7 +283,9 @@ def _numpy_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
 
 
 def _numpy_source(system: ode.System) -> list[str]:
-    lines = ["import functools", "", "import numpy", "", "", "def _block(a, b, c, e):", "    return numpy.block([[a, b], [c, e]])", "", ""]
+    # functools: SymPy's NumPy printer writes Min/Max through functools.reduce
+    lines = ["import functools", "", "import numpy", "", "", "def _block(a, b, c, e):",
+             "    return numpy.block([[a, b], [c, e]])", "", ""]
     for name, assignments, ret in _functions(system):
         lines += _numpy_function(name, system, assignments, ret)
     return lines
@@ -359,7 +362,7 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
 
 
 def _numba_source(system: ode.System) -> list[str]:
-    lines = ["import functools", "import math", "", "import numba", "import numpy", "", "",
+    lines = ["import math", "", "import numba", "import numpy", "", "",
              "@numba.njit(cache=True)", "def _block(a, b, c, e):", "    M = a.shape[0]",
              "    out = numpy.empty((2 * M, 2 * M))", "    out[:M, :M] = a", "    out[:M, M:] = b",
              "    out[M:, :M] = c", "    out[M:, M:] = e", "    return out", "", ""]
@@ -381,12 +384,16 @@ def generate_source(system: ode.System, backend: str = "numpy") -> str:
               + (f"; replaced {', '.join(system.replaced)}" if system.replaced else ""), '"""']
     try:
         body = _numpy_source(system) if backend == "numpy" else _numba_source(system)
-    except (ValueError, NotImplementedError) as exc:  # sympy's printers raise these for what they cannot print
-        raise CompileError(
-            f"cannot generate {backend} code for the system of terms {', '.join(t.name for t in system.terms)}: "
-            f"{str(exc).splitlines()[0].rstrip('.')}. A replaced or custom term probably uses a function whose derivative SymPy "
-            "leaves unevaluated (e.g. Abs or sign of an expression not known to be real); write it with Min, Max, "
-            "sqrt(x**2) or Piecewise instead") from None
+    except (ode.AssemblyError, IndexedExpressionError):
+        raise
+    except (ValueError, NotImplementedError) as exc:  # what SymPy's code printers raise for what they cannot print
+        first = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
+        user_terms = system.replaced or any(t.name not in _BUILTIN_TERMS for t in system.terms)
+        hint = ("; a replaced or custom term probably uses a function whose derivative SymPy leaves unevaluated "
+                "(e.g. Abs or sign of an expression not known to be real): write it with Min, Max, sqrt(x**2) or "
+                "Piecewise instead") if user_terms else ""
+        raise CompileError(f"cannot generate {backend} code for the system of terms "
+                           f"{', '.join(t.name for t in system.terms)}: {first}{hint}") from exc
     return "\n".join(header + body).rstrip() + "\n"
 
 

@@ -775,8 +775,10 @@ def kernel_theory(cfg: Any, basis: str | None = None, with_gram: bool = False) -
         exact, stderr = np.diag(gram).copy(), np.zeros(len(modes))
     else:
         exact, stderr = exact_eigenvalues(modes, spectrum, act, bias)
-    scale = max(1.0, float(np.abs(exact).max(initial=0.0)))
-    dead = [str(m) for m, val, e in zip(modes, v, exact) if val != 0 and abs(e) <= 1e-13 * scale]
+    c = closure_constants(act, spectrum, bias, top)
+    # λ_β(0) is of order g^β c_{|β|} (HEA); "zero" is judged against g^β max_l c_l, a scale free of the mode's level
+    dead = [str(m) for m, val, e in zip(modes, v, exact)
+            if val != 0 and abs(e) <= 1e-10 * math.prod(spectrum.g[i] ** n for i, n in m.items) * float(np.max(c))]
     if dead:
         warnings.warn(f"target mode(s) {', '.join(dead)} have init NTK eigenvalue λ_β(0) = 0 with activation "
                       f"{act.name!r} (σ_b = {bias:g}): the kernel has no component along them, and the built-in "
@@ -787,7 +789,7 @@ def kernel_theory(cfg: Any, basis: str | None = None, with_gram: bool = False) -
     return KernelTheory(
         modes=tuple(modes), target=v, g=spectrum.g.copy(), gamma=float(cfg.network.richness),
         lambda_exact=exact, lambda_exact_stderr=stderr, lambda_hea=hea_eigenvalues(modes, spectrum, lam),
-        level_coefficients=lam, c=closure_constants(act, spectrum, bias, top), gram=gram, gram_parts=parts,
+        level_coefficients=lam, c=c, gram=gram, gram_parts=parts,
         activation=act.name, bias_std=bias)
 
 

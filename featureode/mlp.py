@@ -34,8 +34,8 @@ processed in chunks whose gradient sums are accumulated before the update (256 s
 stay in cache: 2× faster than whole-batch steps). Each run keeps its own step size, clock, samples and measurement
 times, so its trajectory does not depend on the batch it is in; finished runs stop costing time on a CPU (on a GPU
 they stay in the batch with ``η = 0``). With ``[training] compile = true`` (default) the chunk kernels are compiled by
-``torch.compile`` (fused elementwise work and reductions, ≈ 5× faster than eager on a CPU; a few seconds of compilation per process,
-cached on disk; eager fallback with a warning when compilation fails).
+``torch.compile`` (fused elementwise work and reductions, ≈ 5× faster than eager on a CPU; a few seconds of compilation
+per process, cached on disk; eager fallback with a warning when compilation fails).
 
 Randomness: one seed per run fixes everything, through independent streams derived from it: ``init`` (parameters),
 ``train`` (the fresh samples), ``test`` (the test set), ``probe`` (the NTK probe set); all are drawn on the CPU, so a
@@ -436,7 +436,8 @@ class _Simulation:
         st = torch.load(path, map_location="cpu", weights_only=True)
         if st.get("version") != CHECKPOINT_VERSION:
             raise MLPError(f"{path}: checkpoint format {st.get('version')!r}, this featureode writes and resumes "
-                           f"{CHECKPOINT_VERSION}; delete the checkpoint (or choose another --out) to start the run afresh")
+                           f"{CHECKPOINT_VERSION}; delete the checkpoint (or choose another --out) to start the run "
+                           "afresh")
         if st["digests"] != [s.digest for s in self.specs] or st["modes"] != [[str(m) for m in s.modes]
                                                                             for s in self.specs]:
             raise MLPError(f"{path} was written for a different configuration or mode set; delete it or "

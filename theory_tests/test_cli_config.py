@@ -95,6 +95,14 @@ def test_config_unknown_key_suggests_closest():
         config_from_dict({"target": {"expr": "z0"}, "netwrk": {}})
     with pytest.raises(ConfigError, match="must be a number"):
         config_from_dict({"target": {"expr": "z0"}, "network": {"richness": "high"}})
+    with pytest.raises(ConfigError, match=r"\[training\] n_test must be ≥ 1, got 0"):
+        config_from_dict({"target": {"expr": "z0"}, "training": {"n_test": 0}})
+
+
+def test_validate_names_its_suites(capsys):
+    with pytest.raises(SystemExit):
+        main(["validate", "nope", "--out", "unused"])
+    assert "invalid choice: 'nope' (choose from 'quick', 'standard')" in capsys.readouterr().err
 
 
 def test_default_config_loads():

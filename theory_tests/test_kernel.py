@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import warnings
 
 import mpmath
 import numpy as np
@@ -373,6 +374,13 @@ def test_unlearnable_target_mode_warns():
     assert "z0*z1," not in str(rec[0].message)
     lam = dict(zip(map(str, theory.modes), theory.lambda_exact))
     assert lam["z0*z1*z2"] == 0 and lam["z0*z1"] > 0
+    # a tiny but genuine eigenvalue (relu, six weak directions of d = 64: λ ≈ 3e-15, of the order of its HEA value
+    # Λ_6 g^β) is not "zero"
+    tiny = _config(target={"expr": "z58*z59*z60*z61*z62*z63"}, data={"dim": 64})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KernelWarning)
+        theory = kernel_theory(tiny)
+    assert 0 < theory.lambda_exact[0] < 1e-13 and theory.lambda_exact[0] / theory.lambda_hea[0] > 1e-3
 
 
 def test_kernel_report_contract_staircase3():
