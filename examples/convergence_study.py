@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from featureode.compare import SUITES, build_report, ratio_bounds, ratio_text, run_mlp, suite_config
+from featureode.compare import (SUITES, build_report, ratio_bounds, ratio_text, run_mlp, stored_range,
+                                suite_config)
 from featureode.config import ConfigError
 from featureode.kernel import KernelError
 from featureode.solve import SolveError, solve_config
@@ -116,8 +117,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     text = table(rows, f"convergence study: `{args.case}` of suite `{args.suite}`, seed {args.seed}")
     (args.out / "study.md").write_text(text)
     (args.out / "study.json").write_text(json.dumps(
-        [r | {k: (None if r[k] is None else [r[k][0], r[k][1] if r[k][1] != float("inf") else None])
-              for k in ("t50_ratio", "t10_ratio")} for r in rows], indent=1, allow_nan=False))
+        [r | {k: stored_range(r[k]) for k in ("t50_ratio", "t10_ratio")} for r in rows], indent=1, allow_nan=False))
     print(text)
     return rows
 

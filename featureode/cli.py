@@ -82,6 +82,16 @@ def _config(path: str | None) -> Any:
     return load_config(path)
 
 
+def _config_for_out(args: argparse.Namespace) -> Any:
+    """The config of ``args.config``, with ``args.out`` created and stamped for it (refused if it holds results of
+    another config, unless ``args.force``)."""
+    from .compare import guard_output_dir
+
+    cfg = _config(args.config)
+    guard_output_dir(Path(args.out), cfg, force=args.force)
+    return cfg
+
+
 def cmd_kernel(args: argparse.Namespace) -> int:
     """``featureode kernel``: exact and HEA ``λ_β(0)`` of the target's modes, ``Λ_l`` and ``c_l``."""
     from .kernel import kernel_report
@@ -121,12 +131,9 @@ def cmd_derive(args: argparse.Namespace) -> int:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     """``featureode solve``: integrate every ODE variant; writes ``DIR/ode.json``."""
-    from .compare import guard_output_dir
     from .solve import solve_config
 
-    cfg = _config(args.config)
-    guard_output_dir(Path(args.out), cfg, force=args.force)
-    res = solve_config(cfg, args.out)
+    res = solve_config(_config_for_out(args), args.out)
     for name, v in res["variants"].items():
         print(f"{name:<24} t50 = {_fmt(v.get('t50'))}   t10 = {_fmt(v.get('t10'))}")
     print(f"wrote {Path(args.out) / 'ode.json'}")
@@ -135,12 +142,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``featureode simulate``: train the reference MLP; writes ``DIR/mlp.json``."""
-    from .compare import guard_output_dir
     from .mlp import simulate_config
 
-    cfg = _config(args.config)
-    guard_output_dir(Path(args.out), cfg, force=args.force)
-    res = simulate_config(cfg, args.out, resume=args.resume, progress=not args.quiet)
+    res = simulate_config(_config_for_out(args), args.out, resume=args.resume, progress=not args.quiet)
     print(f"MLP: t50 = {_fmt(res.get('t50'))}   t10 = {_fmt(res.get('t10'))}")
     print(f"wrote {Path(args.out) / 'mlp.json'}")
     return 0
@@ -148,11 +152,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``."""
-    from .compare import compare_config, guard_output_dir
+    from .compare import compare_config
 
-    cfg = _config(args.config)
-    guard_output_dir(Path(args.out), cfg, force=args.force)
-    compare_config(cfg, args.out, progress=not args.quiet)
+    compare_config(_config_for_out(args), args.out, progress=not args.quiet)
     print(Path(args.out, "report.md").read_text())
     return 0
 

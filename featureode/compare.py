@@ -61,7 +61,7 @@ def curve_metrics(t_ode: Sequence[float], loss_ode: Sequence[float], t_ref: Sequ
         out[key] = a
         out[f"{key}_ratio"] = None if a is None or b is None or b == 0 else a / b
         rng = ratio_range(a, float(t_o[-1]), b, float(t_r[-1]))
-        out[f"{key}_ratio_range"] = None if rng is None else [rng[0], rng[1] if math.isfinite(rng[1]) else None]
+        out[f"{key}_ratio_range"] = stored_range(rng)
     mask = (l_r > floor) & (t_r > 0) & (t_r <= t_o[-1])
     if mask.any():
         diff = np.log(interp_log(t_r[mask], t_o, l_o)) - np.log(l_r[mask])
@@ -81,8 +81,13 @@ def ratio_bounds(v: dict, key: str) -> tuple[float, float] | None:
 
 
 def _as_range(r: Sequence[float | None] | None) -> tuple[float, float] | None:
-    """A stored ``[lo, hi]`` (``hi = None``: ∞) as a tuple."""
+    """A stored ``[lo, hi]`` (``hi = None``: ∞) as a tuple; the inverse of :func:`stored_range`."""
     return None if r is None else (float(r[0]), math.inf if r[1] is None else float(r[1]))
+
+
+def stored_range(rng: tuple[float, float] | None) -> list[float | None] | None:
+    """A ratio range ``(lo, hi)`` as JSON can hold it: ``[lo, hi]`` with ``hi = None`` for ∞."""
+    return None if rng is None else [rng[0], rng[1] if math.isfinite(rng[1]) else None]
 
 
 def ratio_text(rng: tuple[float, float] | None, digits: int = 3) -> str:
@@ -473,7 +478,7 @@ def aggregate(case: Case, reports: Sequence[dict]) -> dict:
             ranges = [ratio_bounds(r["variants"][v], key) if v in r["variants"] else None for r in reports]
             mean = None if None in ranges else (float(np.mean([a for a, _ in ranges])),
                                                 float(np.mean([b for _, b in ranges])))
-            stats[key]["range"] = None if mean is None else [mean[0], mean[1] if math.isfinite(mean[1]) else None]
+            stats[key]["range"] = stored_range(mean)
             mean_report["variants"][v][f"{key}_range"] = stats[key]["range"]
         out["variants"][v] = stats
     out["accepted"] = acceptance(case, mean_report)

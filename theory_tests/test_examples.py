@@ -37,6 +37,17 @@ def _load_script(name: str):
     return mod
 
 
+def _tiny_suite(description: str, cases: list, t_max_cap: float, **extra) -> dict:
+    """A validation suite of tiny networks (width 64, batch 128, eager) over ``cases``, lazy and displacement ODEs."""
+    return {"description": description,
+            "base": {"data": {"exponent": 1.5, "offset": 3.0},
+                     "network": {"activation": "relu", "width": 64, "bias_std": 0.5},
+                     "training": {"batch": 128, "seed": 0, "n_test": 1000, "n_points": 8, "ntk_probe": 32,
+                                  "compile": False, "threads": 1},
+                     "ode": {"variants": ["lazy", "displacement"]}},
+            "cases": cases, "t_max_factor": 1.0, "t_max_cap": t_max_cap, **extra}
+
+
 @pytest.mark.parametrize("path", TOMLS, ids=[p.stem for p in TOMLS])
 def test_example_config_solves(path, tmp_path):
     """Every example config loads and every variant it lists integrates to t_max with finite values."""
@@ -126,14 +137,7 @@ def test_validate_suite_runs_caches_and_summarises(tmp_path, monkeypatch):
     """A two-case suite through the CLI: summary table, acceptance verdicts, and a rerun that reuses every case."""
     from featureode import compare
 
-    tiny = {"description": "two tiny cases",
-            "base": {"data": {"exponent": 1.5, "offset": 3.0},
-                     "network": {"activation": "relu", "width": 64, "bias_std": 0.5},
-                     "training": {"batch": 128, "seed": 0, "n_test": 1000, "n_points": 8, "ntk_probe": 32,
-                                  "compile": False, "threads": 1},
-                     "ode": {"variants": ["lazy", "displacement"]}},
-            "cases": compare._grid(["z0"], [0.005, 0.5], {}, 4),
-            "t_max_factor": 1.0, "t_max_cap": 50.0, "seeds": (0, 1)}
+    tiny = _tiny_suite("two tiny cases", compare._grid(["z0"], [0.005, 0.5], {}, 4), t_max_cap=50.0, seeds=(0, 1))
     monkeypatch.setitem(compare.SUITES, "tiny", tiny)
     out = tmp_path / "suite"
     assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
@@ -185,13 +189,7 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     width that is not the suite's base width."""
     from featureode import compare
 
-    tiny = {"description": "one tiny case",
-            "base": {"data": {"exponent": 1.5, "offset": 3.0},
-                     "network": {"activation": "relu", "width": 64, "bias_std": 0.5},
-                     "training": {"batch": 128, "seed": 0, "n_test": 1000, "n_points": 8, "ntk_probe": 32,
-                                  "compile": False, "threads": 1},
-                     "ode": {"variants": ["lazy", "displacement"]}},
-            "cases": compare._grid(["z0*z1"], [0.5], {}, 8), "t_max_factor": 1.0, "t_max_cap": 30.0}
+    tiny = _tiny_suite("one tiny case", compare._grid(["z0*z1"], [0.5], {}, 8), t_max_cap=30.0)
     monkeypatch.setitem(compare.SUITES, "tiny", tiny)
     study = _load_script("convergence_study")
     calls = {"run_mlp": 0, "solve_config": 0}
