@@ -1,0 +1,4 @@
+"""``python -m featureode …`` runs the command line (same as the ``featureode`` script)."""
+from .cli import main
+
+raise SystemExit(main())
