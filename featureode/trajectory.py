@@ -315,3 +315,70 @@ def check_npz(path: "str | Path") -> None:
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise TrajectoryFileError(f"{path} is damaged ({exc}); delete it or rerun with --force to recompute "
                                   "it") from exc
+
+
+@dataclass(frozen=True)
+class ODEResult:
+    """Every variant of one config solved on one mode set: what ``featureode solve`` writes as ``ode.json`` /
+    ``ode.npz`` (DESIGN §6: ``{"modes", "target", "variants": {NAME: {...}}}`` plus ``eigenvalues``, ``basis``,
+    ``t_max``). A variant that failed keeps its partial curve, with ``status.error`` set."""
+
+    modes: tuple[str, ...]
+    target: np.ndarray
+    variants: Mapping[str, Trajectory]
+    eigenvalues: str = "exact"
+    basis: str = "target"
+    t_max: float | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """``{variant: error}`` for the variants that failed."""
+        return {k: v.status.error for k, v in self.variants.items() if v.status.error is not None}
+
+    def to_json(self) -> dict[str, Any]:
+        """``ode.json`` content; each variant entry is its :meth:`Trajectory.to_json` without the shared keys."""
+        variants = {}
+        for name, tr in self.variants.items():
+            entry = tr.to_json()
+            for k in ("kind", "name", "modes", "target"):
+                entry.pop(k, None)
+            variants[name] = entry
+        return json_ready({"modes": list(self.modes), "target": np.asarray(self.target, float).tolist(),
+                           "variants": variants, "eigenvalues": self.eigenvalues, "basis": self.basis,
+                           "t_max": self.t_max, **self.meta})
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ODEResult":
+        """The inverse of :meth:`to_json`."""
+        data = dict(data)
+        modes = tuple(str(m) for m in data.pop("modes"))
+        target = np.asarray(data.pop("target"), float)
+        variants = {name: Trajectory.from_json({**entry, "modes": list(modes), "target": target.tolist()},
+                                               kind="ode", name=name)
+                    for name, entry in data.pop("variants").items()}
+        return cls(modes, target, variants, eigenvalues=data.pop("eigenvalues", "exact"),
+                   basis=data.pop("basis", "target"), t_max=data.pop("t_max", None), meta=data)
+
+    def save(self, folder: "str | Path", stem: str = "ode") -> Path:
+        """Write ``folder/STEM.json`` and ``folder/STEM.npz`` (arrays ``modes``, ``target``, ``NAME/FIELD``)."""
+        folder = Path(folder)
+        arrays: dict[str, np.ndarray] = {"modes": np.array(self.modes, dtype=str), "target": np.asarray(self.target)}
+        for name, tr in self.variants.items():
+            arrays.update({f"{name}/{k}": v for k, v in tr.npz_arrays().items() if k not in ("modes", "target")})
+        write_npz(folder / f"{stem}.npz", arrays)
+        path = folder / f"{stem}.json"
+        write_json(path, self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, folder: "str | Path", stem: str = "ode") -> "ODEResult":
+        """Read what :meth:`save` wrote; a damaged or missing file raises :class:`TrajectoryFileError`."""
+        path = Path(folder) / f"{stem}.json"
+        data = read_json(path)
+        check_npz(Path(folder) / f"{stem}.npz")
+        try:
+            return cls.from_json(data)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise TrajectoryFileError(f"{path} does not hold ODE results ({exc}); delete it or rerun with "
+                                      "--force") from exc
