@@ -146,7 +146,7 @@ def run_mlp(cfg: Config, out: Path, progress: bool = True) -> dict:
     if cached is not None and cached.get("complete", True):
         return cached
     # simulate_config writes out/mlp.json, stamped with the digest of the MLP's config sections
-    return simulate_config(cfg, out, resume=(out / "checkpoint.pt").exists(), progress=progress)
+    return simulate_config(cfg, out, resume=(out / "checkpoint.pt").exists(), progress=progress).to_json()
 
 
 def json_default(o: Any) -> Any:

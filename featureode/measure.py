@@ -8,18 +8,29 @@ All quantities are estimated on a fixed, seeded test set ``{x_p}``, ``p = 1…n`
 * in-support loss ``Σ_{β ∈ supp v} (v_β − f_β)² / Σ_β v_β²``;
 * effective-covariance growth ``r_i = ⟨ŵ_{ki}²⟩_k / g_i = ⟨w_{ki}²⟩_k`` (whitened first-layer weights
   ``ŵ_{ki} = sqrt(g_i) w_{ki}``; ``r_i = 1`` in expectation at init);
-* eNTK Rayleigh quotients ``λ_β = E_{x,x'}[h_β(x) Θ(x, x') h_β(x')] = γ² N |∇_θ E_x[h_β f]|²`` of the current
-  empirical NTK ``Θ(x, x') = γ² N ∇_θ f(x)·∇_θ f(x')``, estimated without finite-sample bias: with
-  ``g_p = h_β(x_p) ∇_θ f(x_p)`` (inner product ``γ² N ⟨·,·⟩``) the estimator is the U-statistic
-  ``λ̂_β = Σ_{p≠q} g_p·g_q / (n(n−1)) = n/(n−1) · (|mean_p g_p|² − Σ_p |g_p|² / n²)``, which is the inner product of
-  the gradients of two independent half-sample means averaged over all splits into halves (the same estimator
-  with less variance). ``|g_p|² = h_β(x_p)² Θ(x_p, x_p)`` needs only the diagonal of the kernel.
+* readout growth ``a2 = ⟨a_k²⟩(t)/⟨a_k²⟩(0)`` and the joint moments ``joint_i = ⟨a_k² ŵ_{ki}²⟩ / (⟨a²⟩(0) g_i)
+  = ⟨a_k² w_{ki}²⟩ / ⟨a_k²⟩(0)`` of the directions ``i`` in the target's support (averages over neurons ``k``; the
+  ``0`` is the initial network of the same run);
+* eNTK Rayleigh quotients ``λ_β = E_{x,x'}[h_β(x) Θ(x, x') h_β(x')] = q |∇_θ E_x[h_β f]|²`` of the current
+  empirical NTK ``Θ(x, x') = q ∇_θ f(x)·∇_θ f(x')``, ``q`` = the parametrization's learning-rate scale (``γ² N``
+  for meanfield), estimated without finite-sample bias: with ``g_p = h_β(x_p) ∇_θ f(x_p)`` (inner product
+  ``q ⟨·,·⟩``) the estimator is the U-statistic ``λ̂_β = Σ_{p≠q} g_p·g_q / (n(n−1)) = n/(n−1) · (|mean_p g_p|² −
+  Σ_p |g_p|² / n²)``, which is the inner product of the gradients of two independent half-sample means averaged
+  over all splits into halves. ``|g_p|² = h_β(x_p)² Θ(x_p, x_p)`` needs only the diagonal of the kernel;
+* the same U-statistic split by parameter group, like the Gram of DESIGN §4: ``readout`` (``∂/∂a``: the NNGP part
+  ``σσ'``), ``weights`` (``∂/∂w``: ``a² σ'σ' x·x'``) and ``bias`` (``∂/∂b``: ``a² σ'σ'``); they sum to ``λ_β``;
+* the eNTK Gram ``K_{αβ} = E[h_α Θ h_β]`` on the measured modes, the same U-statistic with ``g_p^α·g_q^β``
+  (its diagonal is ``λ``);
+* standard errors of ``λ_β`` and of each part: the delete-a-group jackknife over :data:`JACKKNIFE_GROUPS` groups of
+  test chunks, ``se² = (G−1)/G Σ_j (λ̂_(−j) − mean_j λ̂_(−j))²`` with ``λ̂_(−j)`` the U-statistic without group
+  ``j`` (test-set noise only, at the current parameters).
 
-For the meanfield network ``f = (1/(γN)) Σ_k a_k σ(u_k) − f_init``, ``u_k = w_k·x + b_k``, the parameter gradients
-are ``∂f/∂a_k = σ(u_k)/(γN)``, ``∂f/∂w_k = a_k σ'(u_k) x/(γN)``, ``∂f/∂b_k = a_k σ'(u_k)/(γN)``, so
-``γ² N |∇_θ E[h f]|² = (1/N) Σ_k (E[h σ_k]² + a_k² (|E[h σ'_k x]|² + E[h σ'_k]²))`` and
-``Θ(x, x) = (1/N) Σ_k (σ_k² + a_k² σ'_k² (|x|² + 1))``. The network code (``featureode.mlp``) accumulates the sums
-over test-set chunks (:class:`ChunkSums`); :func:`finish_measurement` turns them into the quantities above.
+With the output scale ``c`` (``1/(γN)`` for meanfield) the parameter gradients are ``∂f/∂a_k = c σ(u_k)``,
+``∂f/∂w_k = c a_k σ'(u_k) x``, ``∂f/∂b_k = c a_k σ'(u_k)``, so with ``κ = q c²`` (``1/N`` for meanfield)
+``q |∇_θ E[h f]|² = κ Σ_k (E[h σ_k]² + a_k² (|E[h σ'_k x]|² + E[h σ'_k]²))`` and
+``Θ(x, x) = κ Σ_k (σ_k² + a_k² σ'_k² (|x|² + 1))``. The network code (``featureode.mlp``) accumulates the sums
+over test-set chunks (:class:`ChunkSums`, per jackknife group in :class:`GroupSums`); :func:`finish_measurement`
+turns them into the quantities above.
 """
 from __future__ import annotations
 
@@ -31,6 +42,7 @@ import torch
 
 from .data import Spectrum
 from .hermite import Mode
+from .parametrization import Parametrization
 from .targets import Target
 
 
@@ -79,6 +91,16 @@ def make_test_set(spectrum: Spectrum, target: Target, modes: Sequence[Mode], n: 
                    n, size)
 
 
+JACKKNIFE_GROUPS = 16  # groups of test chunks for the standard errors of λ and its parts
+PARTS = ("readout", "weights", "bias")
+
+
+def ntk_factor(parametrization: Parametrization, gamma: float, width: int) -> float:
+    """``κ = q c²``: the factor of the per-neuron sums in ``Θ`` (``lr_scale × output_scale²``; ``1/N`` for
+    meanfield)."""
+    return parametrization.lr_scale(gamma, width) * parametrization.output_scale(gamma, width) ** 2
+
+
 @dataclass
 class ChunkSums:
     """Sums over test samples ``p`` of one run (``S_pk = σ(u_k(x_p))``, ``D_pk = σ'(u_k(x_p))``, ``H_pj = h_j(z_p)``):
@@ -101,39 +123,99 @@ class ChunkSums:
         return self
 
 
+@dataclass
+class GroupSums:
+    """Float64 sums over the samples of one jackknife group (or of the whole test set), per part of ``Θ``:
+    ``hs``, ``hd`` (M, N), ``hdx`` (M, N, d) as in :class:`ChunkSums`; ``diag`` (3, M): ``Σ_p H_pj² κ⁻¹Θ_part(x_p,
+    x_p)`` for the parts readout ``Σ_k S_pk²``, weights ``|x_p|² Σ_k a_k² D_pk²``, bias ``Σ_k a_k² D_pk²``;
+    ``gram_diag`` (M, M): ``Σ_p H_pα H_pβ κ⁻¹Θ(x_p, x_p)``; ``n``: the number of samples."""
+
+    hs: torch.Tensor
+    hd: torch.Tensor
+    hdx: torch.Tensor
+    diag: torch.Tensor
+    gram_diag: torch.Tensor
+    n: int
+
+    @classmethod
+    def of_chunk(cls, sums: ChunkSums, h: torch.Tensor, x_sq: torch.Tensor, s_sq: torch.Tensor,
+                 slope_sq: torch.Tensor, n: int) -> "GroupSums":
+        """From one chunk's sums, its mode values ``h`` (C, M), ``|x|²``, ``Σ_k S_pk²`` and ``Σ_k a_k² D_pk²`` (C,),
+        ``n`` real samples."""
+        h, x_sq, s_sq, slope_sq = h.double(), x_sq.double(), s_sq.double(), slope_sq.double()
+        h2 = (h * h).T
+        diag = torch.stack([h2 @ s_sq, h2 @ (x_sq * slope_sq), h2 @ slope_sq])
+        theta = s_sq + (x_sq + 1) * slope_sq
+        return cls(sums.hs.double(), sums.hd.double(), sums.hdx.double(), diag, (h.T * theta) @ h, n)
+
+    def __add__(self, other: "GroupSums") -> "GroupSums":
+        return GroupSums(*(getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__))
+
+    def __sub__(self, other: "GroupSums") -> "GroupSums":
+        return GroupSums(*(getattr(self, k) - getattr(other, k) for k in self.__dataclass_fields__))
+
+
+def _parts(g: GroupSums, a2: torch.Tensor, kappa: float) -> torch.Tensor:
+    """The U-statistics of the three parts of ``λ`` (3, M) from sums over ``g.n`` samples."""
+    n = g.n
+    mean_sq = torch.stack([((g.hs / n) ** 2).sum(1), (a2 * ((g.hdx / n) ** 2).sum(2)).sum(1),
+                           (a2 * (g.hd / n) ** 2).sum(1)])
+    return n / max(n - 1, 1) * kappa * (mean_sq - g.diag / n**2)
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One measurement of one run (float64 NumPy): test loss, projections ``f_β`` with standard errors, eNTK
-    Rayleigh quotients ``λ_β`` on the same modes, and the growth ``r_i`` per input dimension."""
+    Rayleigh quotients ``λ_β`` on the same modes with their jackknife standard errors, their split ``parts`` (3, M:
+    readout, weights, bias; :data:`PARTS`) with ``parts_stderr``, the Gram ``gram`` (M, M), the growth ``r_i`` per
+    input dimension, ``a2 = ⟨a²⟩/⟨a²⟩(0)`` and the joint moments ``joint`` of the support directions."""
 
     loss: float
     f: np.ndarray
     f_stderr: np.ndarray
     lam: np.ndarray
     r: np.ndarray
+    lam_stderr: np.ndarray
+    parts: np.ndarray
+    parts_stderr: np.ndarray
+    gram: np.ndarray
+    a2: float
+    joint: np.ndarray
 
 
-def finish_measurement(sums: ChunkSums, n: int, a: torch.Tensor, w: torch.Tensor) -> Measurement:
-    """Turn chunk sums over ``n`` test samples into a :class:`Measurement` (see the module docstring for the
-    formulas); ``a`` (N,) and ``w`` (N, d) are the run's current second- and first-layer weights."""
+def finish_measurement(sums: ChunkSums, groups: Sequence[GroupSums], n: int, a: torch.Tensor, w: torch.Tensor,
+                       a0: torch.Tensor, kappa: float, support: Sequence[int]) -> Measurement:
+    """Turn chunk sums over ``n`` test samples (``sums``; ``groups``: the same per jackknife group) into a
+    :class:`Measurement` (see the module docstring for the formulas); ``a`` (N,) and ``w`` (N, d) are the run's
+    current second- and first-layer weights, ``a0`` the initial ones, ``kappa`` = :func:`ntk_factor`, ``support``
+    the dimensions of the joint moments."""
     s = {k: getattr(sums, k).double() for k in sums.__dataclass_fields__}
     a2 = a.double() ** 2
-    width = a.shape[0]
     f = s["hf"] / n
     var = (s["hf_sq"] / n - f**2).clamp_min(0) * n / max(n - 1, 1)
-    mean_sq = ((s["hs"] / n) ** 2).sum(1) / width  # (1/N) Σ_k E[h σ_k]²
-    mean_sq = mean_sq + (a2 * (((s["hdx"] / n) ** 2).sum(2) + (s["hd"] / n) ** 2)).sum(1) / width
+    mean_sq = ((s["hs"] / n) ** 2).sum(1) * kappa  # κ Σ_k E[h σ_k]²
+    mean_sq = mean_sq + (a2 * (((s["hdx"] / n) ** 2).sum(2) + (s["hd"] / n) ** 2)).sum(1) * kappa
     lam = n / max(n - 1, 1) * (mean_sq - s["h_theta"] / n**2)
     growth = (w.double() ** 2).mean(0)
+
+    total = groups[0]
+    for g in groups[1:]:
+        total = total + g
+    parts = _parts(total, a2, kappa)
+    if len(groups) > 1:  # delete-a-group jackknife
+        left_out = torch.stack([_parts(total - g, a2, kappa) for g in groups])  # (G, 3, M)
+        scale = (len(groups) - 1) / len(groups)
+        parts_se = (scale * ((left_out - left_out.mean(0)) ** 2).sum(0)).sqrt()
+        lam_out = left_out.sum(1)
+        lam_se = (scale * ((lam_out - lam_out.mean(0)) ** 2).sum(0)).sqrt()
+    else:
+        parts_se, lam_se = torch.full_like(parts, float("nan")), torch.full_like(lam, float("nan"))
+    hs = total.hs / total.n
+    ax = ((total.hdx / total.n) * a.double()[None, :, None]).flatten(1)
+    ab = total.hd / total.n * a.double()
+    gram = total.n / max(total.n - 1, 1) * kappa * (hs @ hs.T + ax @ ax.T + ab @ ab.T - total.gram_diag / total.n**2)
+    a0_sq = float((a0.double() ** 2).mean())
+    joint = (a2[:, None] * w.double()[:, list(support)] ** 2).mean(0) / a0_sq
     return Measurement(float(0.5 * s["sq_residual"] / n), f.cpu().numpy(), (var / n).sqrt().cpu().numpy(),
-                       lam.cpu().numpy(), growth.cpu().numpy())
-
-
-def measurement_times(t_min: float, t_max: float, n_points: int) -> np.ndarray:
-    """``t = 0`` followed by ``n_points`` log-spaced times from ``t_min`` to ``t_max`` (just ``[0, t_max]`` when
-    ``t_min ≥ t_max`` or ``n_points ≤ 1``)."""
-    if n_points <= 1 or not 0 < t_min < t_max:
-        return np.array([0.0, float(t_max)])
-    grid = np.geomspace(t_min, t_max, n_points)
-    grid[-1] = t_max
-    return np.concatenate([[0.0], grid])
+                       lam.cpu().numpy(), growth.cpu().numpy(), lam_se.cpu().numpy(), parts.cpu().numpy(),
+                       parts_se.cpu().numpy(), gram.cpu().numpy(), float(a2.mean()) / a0_sq, joint.cpu().numpy())

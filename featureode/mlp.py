@@ -1,29 +1,34 @@
 """The reference network of DESIGN §3 ("meanfield") trained by SGD on fresh Gaussian samples, and measured in the
 units of the feature ODE (``featureode.measure``).
 
-Model, for one run with richness ``γ`` and width ``N`` (inputs in eigen-coordinates, ``x_i = sqrt(g_i) z_i``)::
+Model, for one run with richness ``γ`` and width ``N`` (inputs in eigen-coordinates, ``x_i = sqrt(g_i) z_i``), with
+the output scale ``c``, learning-rate scale ``q`` and readout variance of the config's parametrization
+(:mod:`featureode.parametrization`; meanfield: ``c = 1/(γN)``, ``q = γ² N``, ``E[a²] = 1``)::
 
-    f(x) = (1/(γN)) Σ_k a_k σ(w_k·x + b_k) − f_init(x),   a_k ~ N(0, 1), w_k ~ N(0, I_d), b_k ~ N(0, σ_b²),
+    f(x) = c Σ_k a_k σ(w_k·x + b_k) − f_init(x),   a_k ~ N(0, E[a²]), w_k ~ N(0, I_d), b_k ~ N(0, σ_b²),
 
 where ``f_init`` is the same network with the frozen initial parameters ``(a⁰, w⁰, b⁰)`` (the output is centred on
 the network at init, so ``f = 0`` at ``t = 0``), and ``σ`` is the activation registry's torch function.
 
-Training: plain SGD on the batch mean of ``½ (f − y)²``, ``y = f*(x)``, with learning rate ``η γ² N`` and fresh
+Training: plain SGD on the batch mean of ``½ (f − y)²``, ``y = f*(x)``, with learning rate ``η q`` and fresh
 samples every step; ``t = Σ η`` is gradient-flow time, in which ``df/dt = −E_{x'}[Θ(x, x') (f − y)(x')]`` with the
-O(1), γ-independent NTK ``Θ = γ² N ∇_θ f·∇_θ f'``. With ``∂f/∂a_k = σ_k/(γN)``, ``∂f/∂w_k = a_k σ'_k x/(γN)``,
-``∂f/∂b_k = a_k σ'_k/(γN)`` the step is
+NTK ``Θ = q ∇_θ f·∇_θ f'`` (O(1) and γ-independent for meanfield). With ``∂f/∂a_k = c σ_k``,
+``∂f/∂w_k = c a_k σ'_k x``, ``∂f/∂b_k = c a_k σ'_k`` the step is
 
-    a_k −= (η γ/B) Σ_b r_b σ_bk,   w_k −= (η γ/B) Σ_b r_b a_k σ'_bk x_b,   b_k −= (η γ/B) Σ_b r_b a_k σ'_bk,
+    a_k −= (η q c/B) Σ_b r_b σ_bk,   w_k −= (η q c/B) Σ_b r_b a_k σ'_bk x_b,   b_k −= (η q c/B) Σ_b r_b a_k σ'_bk,
 
-``r_b = f(x_b) − y_b``: exactly SGD with rate ``η γ² N`` (checked against autograd in the tests), written out so
-that ``σ`` and ``σ'`` come from one forward-mode pass (``torch.func.jvp``) and the sums over samples are matmuls.
+``r_b = f(x_b) − y_b`` (``q c = γ`` for meanfield): exactly SGD with rate ``η q`` (checked against autograd in the
+tests), written out so that ``σ`` and ``σ'`` come from one forward-mode pass (``torch.func.jvp``) and the sums over
+samples are matmuls.
 
-Step size: ``η = min(eta_max, eta_safety/λ_top)``, with ``λ_top`` the top eigenvalue of the empirical NTK
-``γ² N J Jᵀ/P`` on a fixed probe set of ``P = ntk_probe`` samples (``J`` = per-sample parameter gradients from
-``torch.func.vmap(torch.func.grad(f))``, all ``N`` neurons), re-measured every ``ntk_every`` steps; the last step
-before a measurement time is shortened to land on it exactly. A run ends at ``t_max``; at ``max_steps`` (marked
-incomplete, with a warning); or, when ``[training] stop_loss > 0``, at the first measurement with
-``L/L(0) ≤ stop_loss`` (marked complete: its curve ends there).
+The simulator is split by job: :mod:`featureode.schedule` (pure Python) plans the steps — ``η = min(eta_max,
+eta_safety/λ_top)``, ``λ_top`` the top eigenvalue of the empirical NTK ``q J Jᵀ/P`` on a fixed probe set of
+``P = ntk_probe`` samples (``J`` = per-sample parameter gradients from ``torch.func.vmap(torch.func.grad(f))``, all
+``N`` neurons), re-measured every ``ntk_every`` steps; the step before a measurement time shortened to land on it
+exactly; the stop conditions ``t_max``, ``max_steps`` (incomplete, with a warning) and ``stop_loss`` — and decides
+divergence (:class:`~featureode.schedule.DivergenceMonitor`); :class:`MeanFieldBatch` holds the networks and their
+kernels; :class:`Recorder` collects the measurements of a run into a :class:`~featureode.trajectory.Trajectory`;
+:class:`Checkpoint` saves and restores a batch; :class:`Simulation` is the loop that ties them together.
 
 Several runs (seeds, targets, richness values, spectra; same ``d``, ``N``, batch, activation, dtype, device) train
 together in one process (:func:`simulate_batch`): parameters carry a leading run axis. On a GPU every step is one set
@@ -41,11 +46,13 @@ Randomness: one seed per run fixes everything, through independent streams deriv
 ``train`` (the fresh samples), ``test`` (the test set), ``probe`` (the NTK probe set); all are drawn on the CPU, so a
 run's samples do not depend on the device.
 
-Public API: :func:`simulate_config`, :func:`simulate_batch` (and :class:`DivergenceError`, :class:`MLPError`).
+Public API: :func:`simulate_config`, :func:`simulate_batch` (both return :class:`~featureode.trajectory.Trajectory`
+objects, kind ``"mlp"``), :func:`estimate_memory`, and the errors :class:`MLPError`, :class:`DivergenceError`,
+:class:`SimulationInterrupted`.
 """
 from __future__ import annotations
 
-import json
+import io
 import math
 import os
 import signal
@@ -53,7 +60,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -64,25 +71,34 @@ from .activations import get_activation
 from .config import MLP_SECTIONS, Config
 from .data import Spectrum
 from .hermite import Mode
-from .measure import ChunkSums, Measurement, TestSet, finish_measurement, make_test_set, measurement_times
+from .measure import (JACKKNIFE_GROUPS, PARTS, ChunkSums, GroupSums, Measurement, TestSet, finish_measurement,
+                      make_test_set, ntk_factor)
 from .metrics import crossing_time, in_support_loss
+from .parametrization import Parametrization, get_parametrization
+from .schedule import DivergenceMonitor, Schedule, Step, measurement_times, refresh_due
 from .targets import Target
+from .trajectory import Status, Trajectory, _atomic_bytes
 
 STREAMS = ("init", "train", "test", "probe")
 CPU_CHUNK = 256           # samples per kernel call on a CPU (activations of a chunk stay in cache)
-GPU_MEASURE_CHUNK = 8192  # test samples per kernel call on a GPU (training steps take the whole batch at once)
-DIVERGENCE_FACTOR = 10.0  # a batch loss above this × L(0) counts as divergence
-CHECKPOINT_VERSION = 2  # 2: neuron-major step kernel (other float rounding than version 1)
-_BATCH_KEYS = {"data": ("dim",), "network": ("activation", "width"),
+GPU_MEASURE_CHUNK = 8192  # test samples per kernel call on a GPU at most (training steps take the whole batch)
+CHECKPOINT_VERSION = 3    # 3: schedule, divergence window and diagnostics records (2: neuron-major step kernel)
+SMALL_BATCH = 64          # below this batch size a divergence message also suggests a larger batch
+_BATCH_KEYS = {"data": ("dim",), "network": ("activation", "width", "parametrization"),
                "training": ("batch", "device", "dtype", "ntk_every", "checkpoint_every", "threads", "compile")}
 
 
 class MLPError(RuntimeError):
-    """A simulation that cannot run as configured (incompatible batch, foreign checkpoint)."""
+    """A simulation that cannot run as configured (incompatible batch, foreign or damaged checkpoint, too little
+    memory)."""
 
 
 class DivergenceError(MLPError):
-    """Training diverged: a non-finite value or a batch loss above ``DIVERGENCE_FACTOR × L(0)``."""
+    """Training diverged (see :class:`~featureode.schedule.DivergenceMonitor`)."""
+
+
+class SimulationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training; the message says where the checkpoint is and how to continue."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -108,7 +124,8 @@ class RunSpec:
     """Everything fixed about one run: its config, spectrum, target, measured modes and measurement times.
 
     ``modes`` lists the target's modes first, then any extra modes; ``v`` holds ``v_β`` on ``modes`` (0 outside the
-    target's support); ``times`` are the measurement times (``t = 0`` first).
+    target's support); ``times`` are the measurement times (``t = 0`` first); ``support`` the input dimensions the
+    target's modes use (sorted), whose joint moments are measured.
     """
 
     cfg: Config
@@ -140,6 +157,16 @@ class RunSpec:
         return float(self.cfg.network.richness)
 
     @property
+    def parametrization(self) -> Parametrization:
+        """The run's parametrization (``[network] parametrization``)."""
+        return get_parametrization(self.cfg.network.parametrization)
+
+    @property
+    def support(self) -> tuple[int, ...]:
+        """The input dimensions used by the target's modes."""
+        return tuple(sorted({i for m in self.target.modes for i, _ in m.items}))
+
+    @property
     def digest(self) -> str:
         """Digest of the config sections that define the simulation."""
         return self.cfg.digest(MLP_SECTIONS)
@@ -157,6 +184,67 @@ def _check_batch(specs: Sequence[RunSpec]) -> None:
                                    f"share {', '.join(f'[{k}] ' + ', '.join(v) for k, v in _BATCH_KEYS.items())}")
 
 
+def _measure_chunk(n_test: int, on_gpu: bool) -> int:
+    """Test samples per measurement kernel call: :data:`CPU_CHUNK` on a CPU; on a GPU up to
+    :data:`GPU_MEASURE_CHUNK`, small enough to give :data:`JACKKNIFE_GROUPS` chunks (a multiple of 256)."""
+    if not on_gpu:
+        return CPU_CHUNK
+    return min(GPU_MEASURE_CHUNK, 256 * max(1, math.ceil(n_test / JACKKNIFE_GROUPS / 256)))
+
+
+def estimate_memory(specs: Sequence[RunSpec], device: torch.device, batched: bool) -> dict[str, float]:
+    """Bytes the simulation of ``specs`` needs on ``device``, by item (an estimate of the large tensors, made before
+    anything is allocated): ``parameters`` (trained and initial), ``samples`` (one step's fresh inputs, drawn on the
+    CPU and moved), ``step`` (the activations of one chunk of a step), ``test sets``, ``measurement`` (one test
+    chunk's activations, the mode sums and the jackknife groups) and ``NTK probe`` (per-sample Jacobians)."""
+    tr, net = specs[0].cfg.training, specs[0].cfg.network
+    runs, n, d, batch = len(specs), net.width, specs[0].spectrum.dim, tr.batch
+    item = torch.finfo(getattr(torch, tr.dtype)).bits // 8
+    on_gpu = device.type == "cuda"
+    modes = max(len(s.modes) for s in specs)
+    chunk = batch if on_gpu else min(batch, CPU_CHUNK)
+    chunk_runs = runs if batched else 1
+    n_test = max(s.cfg.training.n_test for s in specs)
+    m_chunk = min(n_test, _measure_chunk(n_test, on_gpu))
+    probe = max(s.cfg.training.ntk_probe for s in specs)
+    return {"parameters": 2.0 * runs * n * (d + 2) * item,
+            "samples": 3.0 * runs * batch * (d + 1) * item,
+            "step": 7.0 * chunk_runs * chunk * n * item + chunk_runs * n * d * item,
+            "test sets": runs * n_test * (d + modes + 3) * item + n_test * (d + modes) * 8.0 * 2,
+            "measurement": (6.0 * m_chunk * n + 3 * modes * n * d) * item
+                           + (JACKKNIFE_GROUPS + 2) * modes * n * (d + 2) * 8.0,
+            "NTK probe": 3.0 * probe * n * (d + 2) * item + probe * probe * 8.0}
+
+
+def _available_memory(device: torch.device) -> float:
+    """Free bytes on ``device`` (CUDA: ``mem_get_info``; CPU: ``MemAvailable`` of ``/proc/meminfo``, else the free
+    physical pages)."""
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def check_memory(specs: Sequence[RunSpec], device: torch.device, batched: bool) -> None:
+    """Refuse, before allocating, a simulation whose :func:`estimate_memory` exceeds the free memory of ``device``."""
+    need = estimate_memory(specs, device, batched)
+    total, free = sum(need.values()), _available_memory(device)
+    if total > free:
+        gib = 2.0**30
+        top = ", ".join(f"{k} {v / gib:.3g}" for k, v in sorted(need.items(), key=lambda kv: -kv[1])[:3])
+        tr = specs[0].cfg.training
+        raise MLPError(f"[network] width = {specs[0].cfg.network.width} with [training] batch = {tr.batch} "
+                       f"(n_test = {tr.n_test}, {len(specs)} run(s), d = {specs[0].spectrum.dim}) needs about "
+                       f"{total / gib:.3g} GiB ({top} GiB), more than the {free / gib:.3g} GiB free on {device}; "
+                       "reduce width or batch")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the batched network and its kernels
 # ----------------------------------------------------------------------------------------------------------------
@@ -164,7 +252,7 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
     """The SGD step and the measurement-chunk statistics for activation ``act``, as pure tensor functions.
 
     Shapes: ``w, w0`` (R, N, d); ``b, b0, a, a0`` (R, N); ``x`` (R, C, d) and ``y`` (R, C) for a chunk of C samples;
-    ``scale = 1/(γN)`` (R, 1).
+    ``scale`` = the output scale ``c`` (R, 1).
     """
 
     def features(w: torch.Tensor, b: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor,
@@ -180,7 +268,7 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
 
     def output(s: torch.Tensor, s0: torch.Tensor, a: torch.Tensor, a0: torch.Tensor,
                scale: torch.Tensor) -> torch.Tensor:
-        """Centred output ``(Σ_k a_k σ_k − Σ_k a⁰_k σ⁰_k)/(γN)``, shape (R, C) (a reduction the compiler fuses with
+        """Centred output ``c (Σ_k a_k σ_k − Σ_k a⁰_k σ⁰_k)``, shape (R, C) (a reduction the compiler fuses with
         the activation, not a matrix-vector product)."""
         return (s * a.unsqueeze(2) - s0 * a0.unsqueeze(2)).sum(1) * scale
 
@@ -188,7 +276,7 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
                   a0: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                   scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sums over the chunk: ``Σ_b r_b a_k σ'_bk x_b`` (R, N, d), ``Σ_b r_b a_k σ'_bk`` (R, N), ``Σ_b r_b σ_bk``
-        (R, N) and ``Σ_b r_b²`` (R,), with ``r = f − y`` (the gradients of ``½ Σ_b r_b²`` times ``γN``)."""
+        (R, N) and ``Σ_b r_b²`` (R,), with ``r = f − y`` (the gradients of ``½ Σ_b r_b²`` divided by ``c``)."""
         s, ds, s0 = features(w, b, w0, b0, x)
         r = output(s, s0, a, a0, scale) - y
         g = ds * a.unsqueeze(2) * r.unsqueeze(1)
@@ -196,18 +284,19 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
 
     def chunk_sums(w: torch.Tensor, b: torch.Tensor, a: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor,
                    a0: torch.Tensor, x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, x_sq: torch.Tensor,
-                   weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The fields of :class:`~featureode.measure.ChunkSums` for one run (R = 1) over one chunk; ``x`` (1, C, d),
-        ``y`` (1, C), ``h`` (C, M), ``x_sq`` and ``weight`` (C,)."""
+                   weight: torch.Tensor, scale: torch.Tensor, kappa: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The fields of :class:`~featureode.measure.ChunkSums` for one run (R = 1) over one chunk, then the
+        per-sample ``Σ_k σ_k²`` and ``Σ_k a_k² σ'_k²`` (C,); ``x`` (1, C, d), ``y`` (1, C), ``h`` (C, M), ``x_sq``
+        and ``weight`` (C,), ``kappa`` = :func:`~featureode.measure.ntk_factor` (a 0-d tensor)."""
         s, ds, s0 = features(w, b, w0, b0, x)
         f = output(s, s0, a, a0, scale)[0]
         s, ds, xc, hc = s[0].T, ds[0].T, x[0], h
-        width = s.shape[1]
-        theta = ((s * s).sum(1) + (x_sq + 1) * ((ds * ds) @ (a[0] * a[0]))) / width
+        s_sq, slope_sq = (s * s).sum(1), (ds * ds) @ (a[0] * a[0])
+        theta = (s_sq + (x_sq + 1) * slope_sq) * kappa
         hx = (hc.unsqueeze(2) * xc.unsqueeze(1)).reshape(xc.shape[0], -1)             # (C, M·d)
-        hdx = (hx.T @ ds).reshape(hc.shape[1], xc.shape[1], width).transpose(1, 2)      # (M, N, d)
+        hdx = (hx.T @ ds).reshape(hc.shape[1], xc.shape[1], s.shape[1]).transpose(1, 2)  # (M, N, d)
         return ((weight * (f - y[0]).square()).sum(), hc.T @ f, (hc * hc).T @ (f * f), hc.T @ s, hc.T @ ds, hdx,
-                (hc * hc).T @ theta)
+                (hc * hc).T @ theta, s_sq, slope_sq)
 
     return gradients, chunk_sums
 
@@ -235,10 +324,12 @@ PARAMS = ("w", "b", "a", "w0", "b0", "a0")
 
 
 class MeanFieldBatch:
-    """``R`` independent meanfield networks of width ``N`` on ``d`` inputs, parameters stacked on a leading run axis.
+    """``R`` independent two-layer networks of width ``N`` on ``d`` inputs (DESIGN §3), parameters stacked on a
+    leading run axis.
 
     ``params``: ``w`` (R, N, d), ``b`` (R, N), ``a`` (R, N) trained; ``w0``, ``b0``, ``a0`` the frozen initial copy
-    that defines ``f_init``. ``gamma``: the richness of each run (R,).
+    that defines ``f_init``. ``gamma``: the richness of each run (R,); ``parametrization``: the output scale ``c``,
+    learning-rate scale ``q`` and readout variance (shared by the runs).
 
     Execution: with ``batched`` every step processes all runs in one set of batched matmuls (the GPU layout); otherwise
     runs are stepped one after another (on a CPU this is faster: batching adds no arithmetic efficiency there and
@@ -247,12 +338,20 @@ class MeanFieldBatch:
     """
 
     def __init__(self, params: dict[str, torch.Tensor], gamma: Sequence[float], activation: str, compile: bool,
-                 batched: bool, chunk: int):
+                 batched: bool, chunk: int, parametrization: Parametrization):
         self.params = params
         w = params["w"]
         self.runs, self.width, self.dim = w.shape
+        self.param = parametrization
         self.gamma = torch.tensor(list(gamma), dtype=torch.float64)
-        self.scale = (1.0 / (self.gamma * self.width)).to(w).unsqueeze(1)
+        out = [parametrization.output_scale(g, self.width) for g in gamma]
+        self.out_scale = out
+        self.lr_scale = [parametrization.lr_scale(g, self.width) for g in gamma]
+        self.kappa = [ntk_factor(parametrization, g, self.width) for g in gamma]
+        self.scale = torch.tensor(out, dtype=torch.float64).to(w).unsqueeze(1)
+        self.kappa_t = torch.tensor(self.kappa, dtype=torch.float64).to(w)  # a tensor: no recompilation per value
+        # the update factor q c of each run (γ for meanfield), float64 until it is cast with the step sizes
+        self.step_factor = torch.tensor([q * c for q, c in zip(self.lr_scale, out)], dtype=torch.float64)
         self.act = get_activation(activation).torch()
         self.batched, self.chunk = batched, chunk
         grads, sums = _kernels(self.act)
@@ -262,22 +361,24 @@ class MeanFieldBatch:
     @classmethod
     def initialize(cls, specs: Sequence[RunSpec], device: torch.device, dtype: torch.dtype, compile: bool,
                    batched: bool, chunk: int) -> "MeanFieldBatch":
-        """Draw ``a ~ N(0,1)``, ``w ~ N(0, I_d)``, ``b ~ N(0, σ_b²)`` per run from its ``init`` stream (float64 on
-        the CPU, then cast, so the draw does not depend on device or dtype)."""
+        """Draw ``a ~ N(0, E[a²])``, ``w ~ N(0, I_d)``, ``b ~ N(0, σ_b²)`` per run from its ``init`` stream (float64
+        on the CPU, then cast, so the draw does not depend on device or dtype)."""
         n, d = specs[0].cfg.network.width, specs[0].spectrum.dim
+        param = specs[0].parametrization
+        a_std = math.sqrt(param.readout_variance)
         cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("w", "b", "a")}
         for s in specs:
             gen = stream(s.cfg.training.seed, "init")
-            cols["a"].append(torch.randn(n, generator=gen, dtype=torch.float64))
+            cols["a"].append(torch.randn(n, generator=gen, dtype=torch.float64) * a_std)
             cols["w"].append(torch.randn(n, d, generator=gen, dtype=torch.float64))
             cols["b"].append(torch.randn(n, generator=gen, dtype=torch.float64) * s.cfg.network.bias_std)
         params = {k: torch.stack(v).to(device=device, dtype=dtype) for k, v in cols.items()}
         params.update({k + "0": v.clone() for k, v in params.items()})
-        return cls(params, [s.gamma for s in specs], specs[0].cfg.network.activation, compile, batched, chunk)
+        return cls(params, [s.gamma for s in specs], specs[0].cfg.network.activation, compile, batched, chunk, param)
 
     def step(self, x: torch.Tensor, y: torch.Tensor, lr: Sequence[float], runs: Sequence[int]) -> list[float]:
         """One SGD step of ``runs`` (all runs when ``batched``) with gradient-flow increments ``lr = η`` (0 freezes a
-        run) on samples ``x`` (len(runs), B, d), ``y`` (len(runs), B); the SGD rate is ``η γ² N``. Returns the batch
+        run) on samples ``x`` (len(runs), B, d), ``y`` (len(runs), B); the SGD rate is ``η q``. Returns the batch
         losses ``½ mean_b r_b²`` before the step."""
         if self.batched:
             if list(runs) != list(range(self.runs)):
@@ -288,7 +389,7 @@ class MeanFieldBatch:
 
     def _step_group(self, runs: slice, x: torch.Tensor, y: torch.Tensor, lr: Sequence[float]) -> list[float]:
         """Accumulate the chunk gradient sums of the runs ``runs`` (a slice, so parameters are updated through
-        views), then ``θ −= (η γ / B) Σ_b …`` (``∂f/∂θ`` carries ``1/(γN)``, the rate ``η γ² N``)."""
+        views), then ``θ −= (η q c / B) Σ_b …`` (``∂f/∂θ`` carries ``c``, the rate is ``η q``)."""
         p = [self.params[k][runs] for k in PARAMS]
         scale, batch = self.scale[runs], x.shape[1]
         total: tuple[torch.Tensor, ...] | None = None
@@ -296,7 +397,7 @@ class MeanFieldBatch:
             part = self._grads(*p, x[:, lo:lo + self.chunk], y[:, lo:lo + self.chunk], scale)
             total = part if total is None else tuple(u + v for u, v in zip(total, part))
         grad_w, grad_b, grad_a, sq = total
-        coef = (torch.tensor(list(lr), dtype=torch.float64) * self.gamma[runs] / batch).to(x).unsqueeze(1)
+        coef = (torch.tensor(list(lr), dtype=torch.float64) * self.step_factor[runs] / batch).to(x).unsqueeze(1)
         p[0].sub_(coef.unsqueeze(-1) * grad_w)
         p[1].sub_(coef * grad_b)
         p[2].sub_(coef * grad_a)
@@ -310,55 +411,164 @@ class MeanFieldBatch:
         out = torch.bmm(self.act(u), p["a"].unsqueeze(-1)) - torch.bmm(self.act(u0), p["a0"].unsqueeze(-1))
         return out.squeeze(-1) * self.scale
 
-    def measure(self, run: int, test: TestSet) -> Measurement:
-        """Test loss, projections, eNTK Rayleigh quotients and ``r_i`` of one run on its test set (all samples, all
+    def measure(self, run: int, test: TestSet, support: Sequence[int]) -> Measurement:
+        """Test loss, projections, eNTK Rayleigh quotients (with their parts, Gram and standard errors), ``r_i``,
+        ``⟨a²⟩`` and the joint moments of the dimensions ``support`` of one run on its test set (all samples, all
         neurons; see :mod:`featureode.measure`)."""
-        args, scale = [self.params[k][run:run + 1] for k in PARAMS], self.scale[run:run + 1]
+        args, scale, kappa = [self.params[k][run:run + 1] for k in PARAMS], self.scale[run:run + 1], self.kappa[run]
+        kappa_t = self.kappa_t[run]
         total: ChunkSums | None = None
+        n_chunks = math.ceil(test.x.shape[0] / test.chunk)
+        n_groups = min(JACKKNIFE_GROUPS, n_chunks)
+        groups: list[GroupSums | None] = [None] * n_groups
         with torch.no_grad():
-            for x, y, h, x_sq, weight in test.chunks():
-                part = ChunkSums(*self._sums(*args, x[None], y[None], h, x_sq, weight, scale))
+            for c, (x, y, h, x_sq, weight) in enumerate(test.chunks()):
+                *fields, s_sq, slope_sq = self._sums(*args, x[None], y[None], h, x_sq, weight, scale, kappa_t)
+                part = ChunkSums(*fields)
                 if total is None:
                     total = part
                 else:
                     total += part
-        return finish_measurement(total, test.n, self.params["a"][run], self.params["w"][run])
+                g, real = c * n_groups // n_chunks, int(weight.sum())
+                piece = GroupSums.of_chunk(part, h, x_sq, s_sq, slope_sq, real)
+                groups[g] = piece if groups[g] is None else groups[g] + piece
+            p = self.params
+            return finish_measurement(total, [g for g in groups if g is not None], test.n, p["a"][run], p["w"][run],
+                                      p["a0"][run], kappa, support)
 
     def ntk_top(self, run: int, probe: torch.Tensor) -> float:
-        """Top eigenvalue of the empirical NTK ``γ² N J Jᵀ / P`` of one run on the probe inputs (P, d), with
-        ``J`` the per-sample gradients of ``f`` with respect to the trained ``(a, w, b)`` (all neurons)."""
+        """Top eigenvalue of the empirical NTK ``q J Jᵀ / P`` of one run on the probe inputs (P, d), with ``J`` the
+        per-sample gradients of ``f`` with respect to the trained ``(a, w, b)`` (all neurons)."""
         p = self.params
         theta = {k: p[k][run] for k in ("a", "w", "b")}
-        gamma, width = float(self.gamma[run]), self.width
+        inverse_scale = 1.0 / self.out_scale[run]  # f = (Σ_k a_k σ_k) / (1/c)
 
         def f_single(th: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-            return (th["a"] * self.act(th["w"] @ x + th["b"])).sum() / (gamma * width)
+            return (th["a"] * self.act(th["w"] @ x + th["b"])).sum() / inverse_scale
 
         jac = torch.func.vmap(torch.func.grad(f_single), in_dims=(None, 0))(theta, probe)
         j = torch.cat([jac[k].reshape(probe.shape[0], -1) for k in ("a", "w", "b")], dim=1)
-        gram = (gamma**2 * width / probe.shape[0]) * (j @ j.T)
+        gram = (self.lr_scale[run] / probe.shape[0]) * (j @ j.T)
         return float(torch.linalg.eigvalsh(gram.double())[-1])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# checkpoint, recorder
+# ----------------------------------------------------------------------------------------------------------------
+class Checkpoint:
+    """The checkpoint file of a batch of runs (``None`` path: no checkpoint).
+
+    The state (a dict of tensors, lists and numbers) is written atomically — ``torch.save`` into memory, then a temp
+    file in the same folder renamed over the old one — so a crash or ``kill -9`` leaves the previous checkpoint or the
+    new one, never a torn file. :meth:`load` checks the format version and that the checkpoint belongs to the same
+    configs and modes; a file that does not unpickle is reported as damaged, with the fix.
+    """
+
+    def __init__(self, path: "str | Path | None"):
+        self.path = Path(path) if path is not None else None
+
+    def save(self, state: dict[str, Any]) -> None:
+        """Write ``state`` (plus the format version) atomically."""
+        if self.path is None:
+            return
+        buf = io.BytesIO()
+        torch.save({"version": CHECKPOINT_VERSION, **state}, buf)
+        _atomic_bytes(self.path, buf.getvalue())
+
+    def exists(self) -> bool:
+        """Whether there is a checkpoint file to resume from."""
+        return self.path is not None and self.path.exists()
+
+    def load(self, digests: Sequence[str], modes: Sequence[Sequence[str]]) -> dict[str, Any]:
+        """The saved state, after checking version, config digests and mode lists; raises :class:`MLPError` with the
+        fix for a damaged, foreign or outdated file."""
+        path = self.path
+        try:
+            st = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(st, dict):
+                raise TypeError(f"holds a {type(st).__name__}, not a checkpoint")
+        except Exception as exc:  # any unpickling/zip failure means the same thing: the file cannot be used
+            first = (str(exc).splitlines() or [""])[0][:120]
+            raise MLPError(f"{path} is damaged ({type(exc).__name__}: {first}); delete it, or rerun without --resume, "
+                           "to start the run afresh") from exc
+        if st.get("version") != CHECKPOINT_VERSION:
+            raise MLPError(f"{path}: checkpoint format {st.get('version')!r}, this featureode writes and resumes "
+                           f"{CHECKPOINT_VERSION}; delete the checkpoint (or choose another --out) to start the run "
+                           "afresh")
+        if st.get("digests") != list(digests) or st.get("modes") != [list(m) for m in modes]:
+            raise MLPError(f"{path} was written for a different configuration or mode set; delete it or "
+                           "run without resume")
+        return st
+
+
+class Recorder:
+    """The measurements of one run, as columns of JSON-ready lists (so a checkpoint can hold them), turned into a
+    :class:`~featureode.trajectory.Trajectory` at the end."""
+
+    COLUMNS = ("t", "loss", "f", "f_stderr", "lambda", "lambda_stderr", "r", "eta", "lambda_top", "steps", "a2",
+               "joint", "gram") + tuple(f"lambda_parts/{p}" for p in PARTS) + tuple(
+                   f"lambda_parts_stderr/{p}" for p in PARTS)
+
+    def __init__(self, spec: RunSpec):
+        self.spec = spec
+        self.columns: dict[str, list] = {k: [] for k in self.COLUMNS}
+
+    def __len__(self) -> int:
+        return len(self.columns["t"])
+
+    @property
+    def last_t(self) -> float | None:
+        """The last measured time (``None`` before the first measurement)."""
+        return self.columns["t"][-1] if len(self) else None
+
+    def add(self, m: Measurement, clock: Schedule) -> None:
+        """Append one measurement taken at the clock's current time."""
+        row: dict[str, Any] = {"t": clock.t, "loss": m.loss, "f": m.f.tolist(), "f_stderr": m.f_stderr.tolist(),
+                               "lambda": m.lam.tolist(), "lambda_stderr": m.lam_stderr.tolist(), "r": m.r.tolist(),
+                               "eta": clock.eta, "lambda_top": clock.lambda_top, "steps": clock.steps, "a2": m.a2,
+                               "joint": m.joint.tolist(), "gram": m.gram.tolist()}
+        for k, p in enumerate(PARTS):
+            row[f"lambda_parts/{p}"] = m.parts[k].tolist()
+            row[f"lambda_parts_stderr/{p}"] = m.parts_stderr[k].tolist()
+        for key, val in row.items():
+            self.columns[key].append(val)
+
+    def state(self) -> dict[str, list]:
+        """The columns (for checkpoints)."""
+        return self.columns
+
+    def restore(self, columns: dict[str, list]) -> None:
+        """Set the columns from :meth:`state`."""
+        self.columns = {k: list(columns[k]) for k in self.COLUMNS}
+
+    def trajectory(self, clock: Schedule, meta: dict[str, Any], error: str | None = None) -> Trajectory:
+        """The run's :class:`~featureode.trajectory.Trajectory` (kind ``"mlp"``): DESIGN §6 fields, t50/t10 of the
+        test loss, the diagnostics as named arrays, ``meta`` plus the support directions of ``joint``."""
+        spec, col = self.spec, self.columns
+        t = np.asarray(col["t"], float)
+        loss = np.asarray(col["loss"], float)
+        ratio = loss / loss[0]
+        f = np.asarray(col["f"], float)
+        arrays = {"loss_ratio": ratio, "eta": np.asarray(col["eta"], float),
+                  "lambda_top": np.asarray(col["lambda_top"], float), "steps": np.asarray(col["steps"], np.int64),
+                  "lambda_stderr": np.asarray(col["lambda_stderr"], float), "a2": np.asarray(col["a2"], float),
+                  "joint": np.asarray(col["joint"], float).reshape(len(t), len(spec.support)),
+                  "gram": np.asarray(col["gram"], float)}
+        arrays.update({k: np.asarray(col[k], float) for k in self.COLUMNS if k.startswith("lambda_parts")})
+        meta = {**meta, "joint_directions": [f"z{i}" for i in spec.support],
+                "lambda_parts_estimator": "U-statistic per parameter group (readout ∂/∂a, weights ∂/∂w, bias ∂/∂b); "
+                                          f"stderr: delete-a-group jackknife over {JACKKNIFE_GROUPS} groups of test "
+                                          "samples (test-set noise at fixed parameters)"}
+        return Trajectory("mlp", "mlp", tuple(str(m) for m in spec.modes), spec.v.copy(), t, loss, f=f,
+                          lam=np.asarray(col["lambda"], float), r=np.asarray(col["r"], float),
+                          in_support_loss=in_support_loss(f, spec.v), f_stderr=np.asarray(col["f_stderr"], float),
+                          t50=crossing_time(t, ratio, 0.5), t10=crossing_time(t, ratio, 0.1), arrays=arrays,
+                          meta=meta, status=Status(clock.complete, clock.t, error))
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # the simulation loop
 # ----------------------------------------------------------------------------------------------------------------
-@dataclass
-class _RunState:
-    """Mutable per-run state: clock ``t``, step size ``eta``, ``lambda_top``, index of the next measurement time,
-    SGD steps taken, whether it still trains, and its measurements so far."""
-
-    t: float = 0.0
-    eta: float = 0.0
-    lambda_top: float = float("nan")
-    next_index: int = 1
-    steps: int = 0
-    active: bool = True
-    complete: bool = False
-    records: dict[str, list] = field(default_factory=lambda: {k: [] for k in (
-        "t", "loss", "f", "f_stderr", "lambda", "r", "eta", "lambda_top", "steps")})
-
-
 @contextmanager
 def _interrupt_flag() -> Iterator[dict[str, bool]]:
     """Turn the first Ctrl-C into a flag the loop checks between steps (so the checkpoint is consistent); a second
@@ -381,10 +591,12 @@ def _interrupt_flag() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
-class _Simulation:
-    """Trains a batch of runs to their ``t_max`` (or ``max_steps``), measuring at each run's measurement times."""
+class Simulation:
+    """Trains a batch of runs to their ``t_max`` (or ``max_steps``), measuring at each run's measurement times: the
+    loop over :class:`MeanFieldBatch` (network), :class:`~featureode.schedule.Schedule` (clock),
+    :class:`~featureode.schedule.DivergenceMonitor`, :class:`Recorder` and :class:`Checkpoint`."""
 
-    def __init__(self, specs: Sequence[RunSpec], checkpoint: Path | None, progress: bool,
+    def __init__(self, specs: Sequence[RunSpec], checkpoint: "str | Path | None", progress: bool,
                  batched: bool | None = None):
         """``batched``: step all runs in one set of batched matmuls (default: on CUDA), else run by run."""
         self.specs = list(specs)
@@ -393,79 +605,77 @@ class _Simulation:
         self.device = resolve_device(tr.device)
         self.dtype = getattr(torch, tr.dtype)
         self.batch = tr.batch
-        self.checkpoint = checkpoint
+        self.checkpoint = Checkpoint(checkpoint)
         self.progress = progress
         on_gpu = self.device.type == "cuda"
-        self.net = MeanFieldBatch.initialize(self.specs, self.device, self.dtype, tr.compile,
-                                             on_gpu if batched is None else batched,
+        batched = on_gpu if batched is None else batched
+        check_memory(self.specs, self.device, batched)
+        self.net = MeanFieldBatch.initialize(self.specs, self.device, self.dtype, tr.compile, batched,
                                              self.batch if on_gpu else _even_chunk(self.batch, CPU_CHUNK))
-        measure_chunk = GPU_MEASURE_CHUNK if on_gpu else CPU_CHUNK
         self.tests = [make_test_set(s.spectrum, s.target, s.modes, s.cfg.training.n_test, stream(s.cfg.training.seed,
-                                    "test"), self.device, self.dtype, measure_chunk) for s in self.specs]
+                                    "test"), self.device, self.dtype, _measure_chunk(s.cfg.training.n_test, on_gpu))
+                      for s in self.specs]
         self.probes = [s.spectrum.to_x(torch.randn(s.cfg.training.ntk_probe, s.spectrum.dim, dtype=torch.float64,
                                                    generator=stream(s.cfg.training.seed, "probe")))
                        .to(self.device, self.dtype) for s in self.specs]
         self.sqrt_g = torch.tensor(np.sqrt(np.stack([s.spectrum.g for s in self.specs])),
                                    dtype=self.dtype).unsqueeze(1).to(self.device)
         self.gens = [stream(s.cfg.training.seed, "train") for s in self.specs]
-        self.runs = [_RunState() for _ in self.specs]
+        self.clocks = [Schedule.for_training(s.times, s.cfg.training) for s in self.specs]
         self.initial_loss = [t.initial_loss for t in self.tests]
+        self.monitors = [DivergenceMonitor(l0, self.batch) for l0 in self.initial_loss]
+        self.recorders = [Recorder(s) for s in self.specs]
         self.step_count = 0
         self.wall = 0.0
 
     # checkpoints ------------------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """Everything needed to continue bit-identically: parameters, generator states, clocks, measurements."""
-        return {"version": CHECKPOINT_VERSION, "digests": [s.digest for s in self.specs],
-                "modes": [[str(m) for m in s.modes] for s in self.specs],
+        """Everything needed to continue bit-identically: parameters, generator states, clocks, divergence windows,
+        measurements."""
+        return {"digests": [s.digest for s in self.specs], "modes": [[str(m) for m in s.modes] for s in self.specs],
                 "params": {k: v.detach().cpu().clone() for k, v in self.net.params.items()},
                 "generators": [g.get_state() for g in self.gens], "step": self.step_count, "wall_s": self.wall,
-                "runs": [{k: getattr(r, k) for k in r.__dataclass_fields__} for r in self.runs]}
+                "runs": [{"clock": c.state(), "monitor": m.state(), "records": r.state()}
+                         for c, m, r in zip(self.clocks, self.monitors, self.recorders)]}
 
     def save(self) -> None:
-        """Write :meth:`state` atomically to the checkpoint path (if any)."""
-        if self.checkpoint is None:
-            return
-        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.checkpoint.with_suffix(".tmp")
-        torch.save(self.state(), tmp)
-        os.replace(tmp, self.checkpoint)
+        """Write :meth:`state` to the checkpoint (if any)."""
+        self.checkpoint.save(self.state())
 
-    def load(self, path: Path) -> None:
-        """Restore a checkpoint written by :meth:`save` for the same configs and modes."""
-        st = torch.load(path, map_location="cpu", weights_only=True)
-        if st.get("version") != CHECKPOINT_VERSION:
-            raise MLPError(f"{path}: checkpoint format {st.get('version')!r}, this featureode writes and resumes "
-                           f"{CHECKPOINT_VERSION}; delete the checkpoint (or choose another --out) to start the run "
-                           "afresh")
-        if st["digests"] != [s.digest for s in self.specs] or st["modes"] != [[str(m) for m in s.modes]
-                                                                            for s in self.specs]:
-            raise MLPError(f"{path} was written for a different configuration or mode set; delete it or "
-                           "run without resume")
-        for k, v in st["params"].items():
-            self.net.params[k].copy_(v)
-        for g, s in zip(self.gens, st["generators"]):
-            g.set_state(s)
-        self.step_count, self.wall = st["step"], st["wall_s"]
-        self.runs = [_RunState(**r) for r in st["runs"]]
+    def resume(self) -> None:
+        """Continue from the checkpoint when one exists (checked by :meth:`Checkpoint.load`)."""
+        if not self.checkpoint.exists():
+            return
+        st = self.checkpoint.load([s.digest for s in self.specs], [[str(m) for m in s.modes] for s in self.specs])
+        try:
+            for k, v in st["params"].items():
+                self.net.params[k].copy_(v)
+            for g, s in zip(self.gens, st["generators"]):
+                g.set_state(s)
+            for run, c, m, r in zip(st["runs"], self.clocks, self.monitors, self.recorders):
+                c.restore(run["clock"])
+                m.restore(run["monitor"])
+                r.restore(run["records"])
+            self.step_count, self.wall = st["step"], st["wall_s"]
+        except (KeyError, TypeError, RuntimeError, ValueError) as exc:
+            raise MLPError(f"{self.checkpoint.path} is damaged ({type(exc).__name__}: {exc}); delete it, or rerun "
+                           "without --resume, to start the run afresh") from exc
 
     # pieces of the loop -----------------------------------------------------------------------------------------
     def _record(self, i: int) -> None:
-        """Measure run ``i`` at its current time and append to its records."""
-        run, m = self.runs[i], self.net.measure(i, self.tests[i])
-        rec = run.records
-        for key, val in (("t", run.t), ("loss", m.loss), ("f", m.f.tolist()), ("f_stderr", m.f_stderr.tolist()),
-                         ("lambda", m.lam.tolist()), ("r", m.r.tolist()), ("eta", run.eta),
-                         ("lambda_top", run.lambda_top), ("steps", run.steps)):
-            rec[key].append(val)
+        """Measure run ``i`` at its current time and append to its records; a test loss far above ``L(0)`` is a
+        divergence."""
+        m = self.net.measure(i, self.tests[i], self.specs[i].support)
+        self.recorders[i].add(m, self.clocks[i])
+        why = self.monitors[i].observe_test(m.loss)
+        if why is not None:
+            self._diverged(i, why)
 
     def _refresh_eta(self) -> None:
         """``λ_top`` on the probe set and ``η = min(eta_max, eta_safety/λ_top)`` for every active run."""
-        for i, run in enumerate(self.runs):
-            if run.active:
-                tr = self.specs[i].cfg.training
-                run.lambda_top = self.net.ntk_top(i, self.probes[i])
-                run.eta = min(tr.eta_max, tr.eta_safety / run.lambda_top if run.lambda_top > 0 else math.inf)
+        for i, clock in enumerate(self.clocks):
+            if clock.active:
+                clock.set_lambda_top(self.net.ntk_top(i, self.probes[i]))
 
     def _sample(self, runs: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Fresh ``z ~ N(0, I_d)`` for each of ``runs`` (default all) from its ``train`` stream; returns ``x``
@@ -477,66 +687,73 @@ class _Simulation:
         y = torch.stack([self.specs[i].target.evaluate(z[j]) for j, i in enumerate(runs)])
         return z.to(self.device) * self.sqrt_g[list(runs)], y.to(self.device)
 
-    def _check(self, i: int, loss: float, lr: float) -> None:
-        """Raise :class:`DivergenceError` when run ``i``'s batch loss is non-finite or above 10× its ``L(0)``."""
-        if not (math.isfinite(loss) and loss <= DIVERGENCE_FACTOR * self.initial_loss[i]):
-            tr, run = self.specs[i].cfg.training, self.runs[i]
-            raise DivergenceError(
-                f"run {i} (seed {tr.seed}, target {self.specs[i].cfg.target.expr!r}, γ = {self.specs[i].gamma}) "
-                f"diverged at step {self.step_count}, t = {run.t:.6g} (η = {lr:.3g}, λ_top = {run.lambda_top:.3g}): "
-                f"batch loss {loss:.3g} vs L(0) = {self.initial_loss[i]:.3g}; use a smaller [training] eta_safety "
-                f"(now {tr.eta_safety:g}, try {tr.eta_safety / 2:g}) or eta_max (now {tr.eta_max:g}), or a smaller "
-                f"ntk_every (now {tr.ntk_every})")
+    def _diverged(self, i: int, why: str) -> None:
+        """Raise :class:`DivergenceError` for run ``i`` with the reason and the advice that fits it."""
+        tr, clock = self.specs[i].cfg.training, self.clocks[i]
+        advice = (f"use a smaller [training] eta_safety (now {tr.eta_safety:g}, try {tr.eta_safety / 2:g}) or eta_max "
+                  f"(now {tr.eta_max:g}), or a smaller ntk_every (now {tr.ntk_every})")
+        if tr.batch < SMALL_BATCH:
+            advice += (f"; with batch = {tr.batch} the SGD noise is large at this step size, so a larger [training] "
+                       "batch also helps")
+        raise DivergenceError(
+            f"run {i} (seed {tr.seed}, target {self.specs[i].cfg.target.expr!r}, γ = {self.specs[i].gamma}) "
+            f"diverged at step {self.step_count}, t = {clock.t:.6g} (η = {clock.eta:.3g}, λ_top = "
+            f"{clock.lambda_top:.3g}): {why}; {advice}")
 
     def _advance(self) -> None:
         """One synchronous step of all active runs, landing exactly on measurement times."""
-        if self.step_count % self.specs[0].cfg.training.ntk_every == 0 and self.step_count > 0:
+        if refresh_due(self.step_count, self.specs[0].cfg.training.ntk_every):
             self._refresh_eta()
-        stepped = [i for i, r in enumerate(self.runs) if r.active or self.net.batched]
-        lr, landing = [], []
-        for i in stepped:
-            run = self.runs[i]
-            gap = float(self.specs[i].times[run.next_index]) - run.t if run.active else 0.0
-            landing.append(run.active and gap <= run.eta * (1 + 1e-9))
-            lr.append(gap if landing[-1] or not run.active else run.eta)
+        stepped = [i for i, c in enumerate(self.clocks) if c.active or self.net.batched]
+        steps: list[Step] = [self.clocks[i].plan() for i in stepped]
         x, y = self._sample(stepped)
-        losses = self.net.step(x, y, lr, stepped)
-        moved = [(i, loss, h, land) for i, loss, h, land in zip(stepped, losses, lr, landing) if self.runs[i].active]
-        for i, loss, h, _ in moved:
-            self._check(i, loss, h)
+        losses = self.net.step(x, y, [s.h for s in steps], stepped)
+        moved = [(i, loss, s) for i, loss, s in zip(stepped, losses, steps) if self.clocks[i].active]
+        for i, loss, _ in moved:
+            why = self.monitors[i].observe(loss)
+            if why is not None:
+                self._diverged(i, why)
         self.step_count += 1
-        for i, _, h, land in moved:
-            run, times = self.runs[i], self.specs[i].times
-            run.steps += 1
-            run.t = float(times[run.next_index]) if land else run.t + h
-            if land:
+        for i, _, step in moved:
+            clock = self.clocks[i]
+            clock.advance(step)
+            if step.lands:
                 self._record(i)
-                run.next_index += 1
-                floor = self.specs[i].cfg.training.stop_loss
-                if run.next_index == len(times) or run.records["loss"][-1] <= floor * run.records["loss"][0]:
-                    run.active, run.complete = False, True
-            if run.active and run.steps >= self.specs[i].cfg.training.max_steps:
+                clock.measured(self.recorders[i].columns["loss"][-1], self.recorders[i].columns["loss"][0])
+            if clock.out_of_steps:
                 self._stop_early(i)
 
     def _stop_early(self, i: int) -> None:
         """Run ``i`` ran out of steps: measure where it stopped, mark it incomplete, warn."""
-        run, tr = self.runs[i], self.specs[i].cfg.training
-        if run.records["t"][-1] != run.t:
+        clock, tr = self.clocks[i], self.specs[i].cfg.training
+        if self.recorders[i].last_t != clock.t:
             self._record(i)
-        run.active = False
+        clock.stop()
         warnings.warn(f"run {i} (seed {tr.seed}, target {self.specs[i].cfg.target.expr!r}): t_max = {tr.t_max:g} "
-                      f"not reached within max_steps = {tr.max_steps}; stopped at t = {run.t:.6g} (λ_top = "
-                      f"{run.lambda_top:.3g}, η = {run.eta:.3g}). Raise [training] max_steps (or eta_max / eta_safety, at "
-                      "the cost of accuracy).")
+                      f"not reached within max_steps = {tr.max_steps}; stopped at t = {clock.t:.6g} (λ_top = "
+                      f"{clock.lambda_top:.3g}, η = {clock.eta:.3g}). Raise [training] max_steps (or eta_max / "
+                      "eta_safety, at the cost of accuracy).")
+
+    def _interrupted(self, saved: bool) -> SimulationInterrupted:
+        """The exception for Ctrl-C: where the checkpoint is (``saved``: written just now) and how to go on."""
+        where = f"interrupted at step {self.step_count}"
+        if self.checkpoint.path is None:
+            return SimulationInterrupted(f"{where}; no output folder, nothing saved")
+        if saved:
+            return SimulationInterrupted(f"{where}; checkpoint saved at {self.checkpoint.path}; rerun with --resume")
+        if self.checkpoint.exists():
+            return SimulationInterrupted(f"{where} (second Ctrl-C, no new checkpoint); the last checkpoint is kept at "
+                                         f"{self.checkpoint.path}; rerun with --resume")
+        return SimulationInterrupted(f"{where} (second Ctrl-C) before any checkpoint; nothing saved")
 
     def run(self) -> None:
         """Train until every run is complete or out of steps; checkpoints every ``checkpoint_every`` steps, at the
-        end, and on Ctrl-C (then re-raises ``KeyboardInterrupt``)."""
+        end, and on Ctrl-C (then raises :class:`SimulationInterrupted`)."""
         from tqdm import tqdm
 
-        if self.step_count == 0 and not self.runs[0].records["t"]:
+        if self.step_count == 0 and not len(self.recorders[0]):
             self._refresh_eta()
-            for i in range(len(self.runs)):
+            for i in range(len(self.specs)):
                 self._record(i)
         every = self.specs[0].cfg.training.checkpoint_every
         t_max = max(float(s.times[-1]) for s in self.specs)
@@ -546,19 +763,21 @@ class _Simulation:
         last_shown = 0.0
         try:
             with _interrupt_flag() as interrupted:
-                while any(r.active for r in self.runs):
+                while any(c.active for c in self.clocks):
                     self._advance()
                     self.wall = time.perf_counter() - start
                     if every > 0 and self.step_count % every == 0:
                         self.save()
                     if interrupted["set"]:
                         self.save()
-                        where = f"; checkpoint saved to {self.checkpoint}" if self.checkpoint else ""
-                        raise KeyboardInterrupt(f"simulation interrupted at step {self.step_count}{where} "
-                                                "(continue with resume=True / --resume)")
+                        raise self._interrupted(saved=True)
                     if self.progress and self.wall - last_shown > 0.5:
                         last_shown = self.wall
                         self._show(bar)
+        except SimulationInterrupted:
+            raise
+        except KeyboardInterrupt:
+            raise self._interrupted(saved=False) from None
         finally:
             self._show(bar)
             bar.close()
@@ -566,56 +785,34 @@ class _Simulation:
 
     def _show(self, bar: Any) -> None:
         """Progress: the clock of the slowest active run, its last L/L(0) and η, the global step count."""
-        active = [r for r in self.runs if r.active] or self.runs
-        lead = min(active, key=lambda r: r.t)
-        i = self.runs.index(lead)
+        active = [i for i, c in enumerate(self.clocks) if c.active] or list(range(len(self.clocks)))
+        i = min(active, key=lambda j: self.clocks[j].t)
+        lead, loss = self.clocks[i], self.recorders[i].columns["loss"]
         bar.n = min(lead.t, bar.total)
-        ratio = lead.records["loss"][-1] / self.initial_loss[i] if lead.records["loss"] else float("nan")
+        ratio = loss[-1] / self.initial_loss[i] if loss else float("nan")
         bar.set_postfix_str(f"step {self.step_count}, L/L(0) = {ratio:.3g}, η = {lead.eta:.3g}", refresh=True)
 
     # results ------------------------------------------------------------------------------------------------------
-    def result(self, i: int) -> dict[str, Any]:
-        """The run's trajectory with the keys of DESIGN §6 plus diagnostics (JSON-ready lists and floats)."""
-        spec, run = self.specs[i], self.runs[i]
-        rec = run.records
-        loss = np.asarray(rec["loss"], float)
-        ratio = loss / loss[0]
+    def trajectory(self, i: int) -> Trajectory:
+        """Run ``i``'s :class:`~featureode.trajectory.Trajectory`: DESIGN §6 fields and diagnostics; ``meta`` holds
+        ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``."""
+        spec = self.specs[i]
         tr = spec.cfg.training
-        return {"modes": [str(m) for m in spec.modes], "target": spec.v.tolist(), "t": list(rec["t"]),
-                "loss": loss.tolist(), "loss_ratio": ratio.tolist(),
-                "in_support_loss": in_support_loss(np.asarray(rec["f"]), spec.v).tolist(),
-                "t50": crossing_time(rec["t"], ratio, 0.5), "t10": crossing_time(rec["t"], ratio, 0.1),
-                "f": rec["f"], "f_stderr": rec["f_stderr"], "lambda": rec["lambda"], "r": rec["r"],
-                "eta": rec["eta"], "lambda_top": rec["lambda_top"], "steps": rec["steps"],
-                "reached_t": run.t, "complete": run.complete, "t_max": tr.t_max,
-                "device": str(self.device), "dtype": tr.dtype, "compiled": tr.compile, "wall_s": self.wall,
-                "batch_runs": len(self.specs), "n_test": tr.n_test, "digest": spec.digest}
+        meta = {"t_max": tr.t_max, "device": str(self.device), "dtype": tr.dtype, "compiled": tr.compile,
+                "wall_s": self.wall, "batch_runs": len(self.specs), "n_test": tr.n_test, "digest": spec.digest}
+        return self.recorders[i].trajectory(self.clocks[i], meta)
 
-    def write(self, i: int, folder: Path) -> None:
-        """``folder/mlp.json`` and ``folder/mlp.npz`` (trajectory arrays and the final parameters) of run ``i``."""
-        folder.mkdir(parents=True, exist_ok=True)
-        res = self.result(i)
-        (folder / "mlp.json").write_text(json.dumps(_json_ready(res), indent=1))
-        arrays = {k: np.asarray(res[k], float) for k in ("t", "loss", "loss_ratio", "in_support_loss", "f",
-                                                         "f_stderr", "lambda", "r", "eta", "lambda_top", "target")}
-        arrays.update({k: self.net.params[k][i].cpu().numpy() for k in ("a", "w", "b")})
-        np.savez(folder / "mlp.npz", modes=np.array(res["modes"]), steps=np.asarray(res["steps"]), **arrays)
+    def write(self, i: int, folder: Path) -> Trajectory:
+        """``folder/mlp.json`` and ``folder/mlp.npz`` (the trajectory and the final parameters ``a``, ``w``, ``b``)
+        of run ``i``, written atomically; returns the trajectory."""
+        traj = self.trajectory(i)
+        traj.save(folder, "mlp", extra_arrays={k: self.net.params[k][i].cpu().numpy() for k in ("a", "w", "b")})
+        return traj
 
 
 def _even_chunk(n: int, target: int) -> int:
     """Chunk size ``≤ target`` that splits ``n`` into equal chunks (up to one shorter last chunk)."""
     return math.ceil(n / math.ceil(n / target))
-
-
-def _json_ready(obj: Any) -> Any:
-    """Replace non-finite floats by ``None`` (JSON has no NaN)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_json_ready(v) for v in obj]
-    return obj
 
 
 @contextmanager
@@ -635,17 +832,19 @@ def _threads(n: int) -> Iterator[None]:
 # ----------------------------------------------------------------------------------------------------------------
 def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, resume: bool = False,
                    progress: bool = True, modes: "Sequence[Mode | str] | Sequence[Sequence[Mode | str]] | None" = None,
-                   run_dirs: "Sequence[str | Path] | None" = None, batched: bool | None = None) -> list[dict[str, Any]]:
-    """Simulate several runs together in one process; one result dict per config.
+                   run_dirs: "Sequence[str | Path] | None" = None, batched: bool | None = None) -> list[Trajectory]:
+    """Simulate several runs together in one process; one :class:`~featureode.trajectory.Trajectory` (kind
+    ``"mlp"``) per config.
 
-    The configs must agree on ``[data] dim``, ``[network] activation, width`` and ``[training] batch, device, dtype,
-    ntk_every, checkpoint_every, threads, compile``; everything else (seed, target, richness, bias_std, spectrum,
-    t_max, step-size rule, test set, measurement times) may differ per run. ``modes``: extra modes measured besides
-    each target's own (one list for all runs, or one list per run). With ``out_dir`` the batch checkpoint is
-    ``out_dir/checkpoint.pt`` and run ``i`` writes ``mlp.json``/``mlp.npz`` to ``run_dirs[i]`` (default
-    ``out_dir/run_<i>``, or ``out_dir`` itself for a single run). ``resume`` continues from the checkpoint (a
-    missing checkpoint starts afresh). ``batched``: all runs in one set of batched matmuls per step (default: only on
-    CUDA; on a CPU run by run is faster). Raises :class:`DivergenceError` when a run diverges.
+    The configs must agree on ``[data] dim``, ``[network] activation, width, parametrization`` and ``[training]
+    batch, device, dtype, ntk_every, checkpoint_every, threads, compile``; everything else (seed, target, richness,
+    bias_std, spectrum, t_max, step-size rule, test set, measurement times) may differ per run. ``modes``: extra
+    modes measured besides each target's own (one list for all runs, or one list per run). With ``out_dir`` the
+    batch checkpoint is ``out_dir/checkpoint.pt`` and run ``i`` writes ``mlp.json``/``mlp.npz`` to ``run_dirs[i]``
+    (default ``out_dir/run_<i>``, or ``out_dir`` itself for a single run). ``resume`` continues from the checkpoint
+    (a missing checkpoint starts afresh). ``batched``: all runs in one set of batched matmuls per step (default: only
+    on CUDA; on a CPU run by run is faster). Raises :class:`DivergenceError` when a run diverges,
+    :class:`SimulationInterrupted` on Ctrl-C, :class:`MLPError` for a configuration that cannot run.
     """
     if not cfgs:
         raise MLPError("simulate_batch needs at least one config")
@@ -657,23 +856,23 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
     if run_dirs is not None and len(run_dirs) != len(cfgs):
         raise MLPError(f"got {len(run_dirs)} run_dirs for {len(cfgs)} configs")
     with _threads(cfgs[0].training.threads):
-        sim = _Simulation(specs, out / "checkpoint.pt" if out is not None else None, progress, batched)
-        if resume and sim.checkpoint is not None and sim.checkpoint.exists():
-            sim.load(sim.checkpoint)
+        sim = Simulation(specs, out / "checkpoint.pt" if out is not None else None, progress, batched)
+        if resume:
+            sim.resume()
         sim.run()
-        if out is not None or run_dirs is not None:
-            for i in range(len(specs)):
-                folder = Path(run_dirs[i]) if run_dirs is not None else (
-                    out if len(specs) == 1 else out / f"run_{i}")
-                sim.write(i, folder)
-        return [_json_ready(sim.result(i)) for i in range(len(specs))]
+        if out is None and run_dirs is None:
+            return [sim.trajectory(i) for i in range(len(specs))]
+        return [sim.write(i, Path(run_dirs[i]) if run_dirs is not None else (
+                out if len(specs) == 1 else out / f"run_{i}")) for i in range(len(specs))]
 
 
 def simulate_config(cfg: Config, out_dir: "str | Path | None" = None, resume: bool = False, progress: bool = True,
-                    modes: "Sequence[Mode | str] | None" = None) -> dict[str, Any]:
+                    modes: "Sequence[Mode | str] | None" = None) -> Trajectory:
     """Simulate the MLP of one config (DESIGN §3, §6); writes ``out_dir/mlp.json``, ``mlp.npz`` and
-    ``checkpoint.pt`` when ``out_dir`` is given. Returns the result dict: ``modes``, ``t``, ``loss``,
-    ``in_support_loss``, ``t50``, ``t10``, ``f``, ``f_stderr``, ``lambda``, ``r`` (lists indexed [time][mode or
-    dimension]), plus ``target``, ``loss_ratio``, ``eta``, ``lambda_top``, ``steps``, ``reached_t``, ``complete``,
-    ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``."""
+    ``checkpoint.pt`` when ``out_dir`` is given. Returns the run's :class:`~featureode.trajectory.Trajectory`
+    (kind ``"mlp"``): ``t``, ``loss`` (test loss), ``f``, ``f_stderr``, ``lam``, ``r``, ``in_support_loss``, ``t50``,
+    ``t10``, ``status``; ``arrays``: ``loss_ratio``, ``eta``, ``lambda_top``, ``steps``, ``lambda_stderr``, ``a2``,
+    ``joint``, ``gram``, ``lambda_parts/{readout,weights,bias}`` and their ``lambda_parts_stderr/…``; ``meta``:
+    ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``,
+    ``joint_directions``, ``lambda_parts_estimator``."""
     return simulate_batch([cfg], out_dir, resume=resume, progress=progress, modes=modes)[0]
