@@ -21,7 +21,7 @@ from featureode.config import config_from_dict
 from featureode.hermite import Mode
 from featureode.measure import make_test_set
 from featureode.metrics import crossing_time
-from featureode.mlp import (DivergenceError, MeanFieldBatch, MLPError, RunSpec, _Simulation, simulate_batch,
+from featureode.mlp import (DivergenceError, MeanFieldBatch, MLPError, RunSpec, Simulation, simulate_batch,
                             simulate_config, stream)
 
 
@@ -34,8 +34,8 @@ def small_cfg(expr: str = "staircase(2)", dim: int = 6, width: int = 256, richne
                              "training": tr})
 
 
-def new_simulation(cfgs, modes=None, batched=None) -> _Simulation:
-    return _Simulation([RunSpec.build(c, modes) for c in cfgs], None, progress=False, batched=batched)
+def new_simulation(cfgs, modes=None, batched=None) -> Simulation:
+    return Simulation([RunSpec.build(c, modes) for c in cfgs], None, progress=False, batched=batched)
 
 
 def perturb(net: MeanFieldBatch, size: float, seed: int = 1) -> None:
@@ -140,7 +140,7 @@ def test_lambda_estimator_is_the_u_statistic_of_per_sample_gradients():
     sim = new_simulation([cfg], modes=["1", "h2(z0)"])
     net, test = sim.net, sim.tests[0]
     perturb(net, 0.3)
-    meas = net.measure(0, test)
+    meas = net.measure(0, test, sim.specs[0].support)
     p = {k: v[0] for k, v in net.params.items()}
     x, h, n = test.x[:test.n], test.h[:test.n], test.n
     gamma, width = float(net.gamma[0]), net.width
@@ -178,7 +178,7 @@ def test_projections_and_lambdas_recover_the_exact_gaussian_integrals():
     cfg = small_cfg(expr="z0 + z0*z1", width=128, n_test=20000)
     modes = ["1", "z2", "h2(z0)", "z0*z1*z2"]
     spec = RunSpec.build(cfg, modes)
-    sim = _Simulation([spec], None, progress=False)
+    sim = Simulation([spec], None, progress=False)
     perturb(sim.net, 0.25)
     f_exact, lam_exact = exact_network(sim.net, 0, spec.spectrum.g, spec.modes, "relu")
     lams = []
@@ -186,7 +186,7 @@ def test_projections_and_lambdas_recover_the_exact_gaussian_integrals():
     for seed in range(n_sets):
         test = make_test_set(spec.spectrum, spec.target, spec.modes, 20000, stream(100 + seed, "test"), "cpu",
                              torch.float32)
-        m = sim.net.measure(0, test)
+        m = sim.net.measure(0, test, spec.support)
         lams.append(m.lam)
         if seed == 0:
             assert np.all(np.abs(m.f - f_exact) < 4 * m.f_stderr + 1e-6), (m.f, f_exact, m.f_stderr)
@@ -206,8 +206,8 @@ def test_init_entk_rayleigh_quotients_match_exact_infinite_width():
     n_seeds = 12
     for seed in range(n_seeds):
         spec = RunSpec.build(small_cfg(expr="z0 + z0*z1", width=512, seed=seed, n_test=12000), modes)
-        sim = _Simulation([spec], None, progress=False)
-        vals.append(sim.net.measure(0, sim.tests[0]).lam)
+        sim = Simulation([spec], None, progress=False)
+        vals.append(sim.net.measure(0, sim.tests[0], spec.support).lam)
     vals = np.array(vals)
     exact, exact_err = kernel.exact_eigenvalues(spec.modes, spec.spectrum, "relu", 0.5)
     assert np.all(exact_err == 0)  # deterministic quadrature: all the error is the network's
@@ -232,17 +232,17 @@ def test_lazy_limit_follows_the_kernel_flow():
     res = simulate_config(cfg, progress=False)
     spec = RunSpec.build(cfg)
     lam, _ = kernel.exact_eigenvalues(spec.modes, spec.spectrum, "relu", 0.5)
-    t = np.asarray(res["t"])
+    t = res.t
     v2 = spec.v**2
     flow = (v2 * np.exp(-2 * np.outer(t, lam))).sum(1) / v2.sum()
-    in_support = np.asarray(res["in_support_loss"])
+    in_support = res.in_support_loss
     mask = flow > 0.05
     assert np.max(np.abs(np.log(in_support[mask] / flow[mask]))) < 0.08, np.c_[t, in_support, flow]
-    assert res["t50"] == pytest.approx(crossing_time(t, flow, 0.5), rel=0.06)
+    assert res.t50 == pytest.approx(crossing_time(t, flow, 0.5), rel=0.06)
 
 
-def _strip(res: dict) -> dict:
-    return {k: v for k, v in res.items() if k != "wall_s"}
+def _strip(res) -> dict:
+    return {k: v for k, v in res.to_json().items() if k != "wall_s"}
 
 
 def test_resume_after_interrupt_and_crash_is_bit_identical(tmp_path, monkeypatch):
@@ -251,7 +251,7 @@ def test_resume_after_interrupt_and_crash_is_bit_identical(tmp_path, monkeypatch
     cfgs = [small_cfg(t_max=8.0, checkpoint_every=5), small_cfg(expr="z0", richness=0.2, seed=4, t_max=8.0,
                                                                 checkpoint_every=5)]
     reference = simulate_batch(cfgs, tmp_path / "ref", progress=False)
-    original = _Simulation._advance
+    original = Simulation._advance
 
     def interrupt_at(step, action):
         def advance(self):
@@ -260,7 +260,7 @@ def test_resume_after_interrupt_and_crash_is_bit_identical(tmp_path, monkeypatch
                 action()
         return advance
 
-    monkeypatch.setattr(_Simulation, "_advance", interrupt_at(12, lambda: signal.raise_signal(signal.SIGINT)))
+    monkeypatch.setattr(Simulation, "_advance", interrupt_at(12, lambda: signal.raise_signal(signal.SIGINT)))
     with pytest.raises(KeyboardInterrupt):
         simulate_batch(cfgs, tmp_path / "int", progress=False)
     assert torch.load(tmp_path / "int" / "checkpoint.pt", weights_only=True)["step"] == 12
@@ -268,11 +268,11 @@ def test_resume_after_interrupt_and_crash_is_bit_identical(tmp_path, monkeypatch
     def crash():
         raise RuntimeError("simulated crash")
 
-    monkeypatch.setattr(_Simulation, "_advance", interrupt_at(13, crash))
+    monkeypatch.setattr(Simulation, "_advance", interrupt_at(13, crash))
     with pytest.raises(RuntimeError, match="simulated crash"):
         simulate_batch(cfgs, tmp_path / "crash", progress=False)
     assert torch.load(tmp_path / "crash" / "checkpoint.pt", weights_only=True)["step"] == 10
-    monkeypatch.setattr(_Simulation, "_advance", original)
+    monkeypatch.setattr(Simulation, "_advance", original)
 
     for folder in ("int", "crash"):
         resumed = simulate_batch(cfgs, tmp_path / folder, resume=True, progress=False)
@@ -309,11 +309,11 @@ def test_outputs_and_contract_keys(tmp_path):
     assert on_disk["f"][0] == [0.0] * 4 and on_disk["in_support_loss"][0] == 1.0
     assert on_disk["complete"] and on_disk["reached_t"] == 4.0
     # DESIGN §3: η = min(eta_max, eta_safety/λ_top) with the default eta_safety = 0.5, i.e. η ≤ 0.5/λ_top
-    top, eta = np.asarray(res["lambda_top"]), np.asarray(res["eta"])
+    top, eta = res.arrays["lambda_top"], res.arrays["eta"]
     assert cfg.training.eta_safety == 0.5 and np.all(top > 0)
     np.testing.assert_allclose(eta, np.minimum(cfg.training.eta_max, 0.5 / top), rtol=1e-12)
     assert (tmp_path / "mlp.npz").exists() and (tmp_path / "checkpoint.pt").exists()
-    assert res["digest"] == cfg.digest(("data", "target", "network", "training"))
+    assert res.meta["digest"] == cfg.digest(("data", "target", "network", "training"))
 
 
 def test_divergence_is_caught():
@@ -327,18 +327,18 @@ def test_unreachable_t_max_stops_and_says_so():
     cfg = small_cfg(t_max=1000.0, max_steps=15)
     with pytest.warns(UserWarning, match="not reached within max_steps = 15"):
         res = simulate_config(cfg, progress=False)
-    assert not res["complete"] and res["reached_t"] < 1000.0
-    assert res["t"][-1] == res["reached_t"] and res["steps"][-1] == 15
+    assert not res.status.complete and res.status.reached_t < 1000.0
+    assert res.t[-1] == res.status.reached_t and res.arrays["steps"][-1] == 15
 
 
 def test_stop_loss_ends_the_run_at_the_first_measurement_below_the_floor():
     full = simulate_config(small_cfg(expr="z0", t_max=40.0, n_points=20), progress=False)
     stopped = simulate_config(small_cfg(expr="z0", t_max=40.0, n_points=20, stop_loss=0.3), progress=False)
-    ratio = np.asarray(full["loss_ratio"])
+    ratio = full.arrays["loss_ratio"]
     k = int(np.argmax(ratio <= 0.3))
     assert 0 < k < len(ratio) - 1, "the floor must be crossed strictly inside the full run"
-    assert stopped["complete"] and stopped["t"] == full["t"][:k + 1]
-    assert stopped["loss"] == full["loss"][:k + 1]  # same seed: the same trajectory, cut after the crossing
+    assert stopped.status.complete and np.array_equal(stopped.t, full.t[:k + 1])
+    assert np.array_equal(stopped.loss, full.loss[:k + 1])  # same seed: the same trajectory, cut after the crossing
 
 
 def test_batched_runs_equal_single_runs():
@@ -347,9 +347,9 @@ def test_batched_runs_equal_single_runs():
     batched = simulate_batch(cfgs, progress=False)
     for cfg, b in zip(cfgs, batched):
         single = simulate_config(cfg, progress=False)
-        assert single["t"] == b["t"] and single["steps"] == b["steps"]
-        np.testing.assert_allclose(single["loss"], b["loss"], rtol=1e-5)
-        np.testing.assert_allclose(single["f"], b["f"], rtol=1e-4, atol=1e-6)
+        assert np.array_equal(single.t, b.t) and np.array_equal(single.arrays["steps"], b.arrays["steps"])
+        np.testing.assert_allclose(single.loss, b.loss, rtol=1e-5)
+        np.testing.assert_allclose(single.f, b.f, rtol=1e-4, atol=1e-6)
 
 
 def test_batched_matmul_layout_equals_run_by_run():
@@ -359,11 +359,11 @@ def test_batched_matmul_layout_equals_run_by_run():
     for batched in (False, True):
         sim = new_simulation(cfgs, batched=batched)
         sim.run()
-        out.append([sim.result(i) for i in range(2)])
+        out.append([sim.trajectory(i) for i in range(2)])
     for a, b in zip(*out):
-        assert a["t"] == b["t"] and a["steps"] == b["steps"]
-        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
-        np.testing.assert_allclose(a["f"], b["f"], rtol=1e-4, atol=1e-6)
+        assert np.array_equal(a.t, b.t) and np.array_equal(a.arrays["steps"], b.arrays["steps"])
+        np.testing.assert_allclose(a.loss, b.loss, rtol=1e-5)
+        np.testing.assert_allclose(a.f, b.f, rtol=1e-4, atol=1e-6)
 
 
 def test_batch_rejects_incompatible_configs():
@@ -375,9 +375,12 @@ def test_compiled_step_matches_eager():
     """torch.compile path (the default) gives the same trajectory as eager execution up to float32 round-off."""
     eager = simulate_config(small_cfg(t_max=3.0, n_points=4), progress=False)
     compiled = simulate_config(small_cfg(t_max=3.0, n_points=4, compile=True), progress=False)
-    assert compiled["t"] == eager["t"]
-    np.testing.assert_allclose(compiled["loss"], eager["loss"], rtol=1e-4)
-    np.testing.assert_allclose(compiled["lambda"], eager["lambda"], rtol=1e-3, atol=1e-6)
+    assert np.array_equal(compiled.t, eager.t)
+    np.testing.assert_allclose(compiled.loss, eager.loss, rtol=1e-4)
+    np.testing.assert_allclose(compiled.lam, eager.lam, rtol=1e-3, atol=1e-6)
+    for part in ("readout", "weights", "bias"):
+        np.testing.assert_allclose(compiled.arrays[f"lambda_parts/{part}"], eager.arrays[f"lambda_parts/{part}"],
+                                   rtol=1e-3, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -387,5 +390,5 @@ def test_halving_eta_safety_changes_t50_by_less_than_2_percent():
     base = small_cfg(expr="staircase(2)", dim=16, width=1024, richness=0.5, batch=2048, t_max=60.0, n_points=40,
                      t_min=0.1, n_test=20000, compile=True)
     runs = simulate_batch([base, base.replace(training={"eta_safety": 0.25})], progress=False)
-    assert runs[0]["t50"] == pytest.approx(runs[1]["t50"], rel=0.02)
-    assert runs[0]["t10"] == pytest.approx(runs[1]["t10"], rel=0.02)
+    assert runs[0].t50 == pytest.approx(runs[1].t50, rel=0.02)
+    assert runs[0].t10 == pytest.approx(runs[1].t10, rel=0.02)
