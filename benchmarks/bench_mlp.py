@@ -34,7 +34,7 @@ import torch
 
 from featureode.activations import get_activation
 from featureode.config import load_config
-from featureode.mlp import CPU_CHUNK, RunSpec, _Simulation, simulate_config
+from featureode.mlp import CPU_CHUNK, RunSpec, Simulation, simulate_config
 
 
 def interleaved(cases: dict[str, tuple[Callable[[], object], int]], calls: int, repeats: int) -> dict[str, float]:
@@ -83,7 +83,7 @@ def plain_loop(cfg, act: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[],
 def simulator_step(cfg, runs: int, batched: bool) -> Callable[[], None]:
     """``runs`` seeds of ``cfg`` in one :class:`~featureode.mlp.MeanFieldBatch` (batched matmuls or run by run);
     one call = sample + step of every run."""
-    sim = _Simulation([RunSpec.build(cfg.replace(training={"seed": s})) for s in range(runs)], None, False, batched)
+    sim = Simulation([RunSpec.build(cfg.replace(training={"seed": s})) for s in range(runs)], None, False, batched)
     every = list(range(runs))
 
     def step() -> None:
@@ -183,8 +183,8 @@ def main() -> None:
         t0 = time.perf_counter()
         res = simulate_config(cfg, progress=False)
         print(f"default run (staircase(2), d = 16, γ = 0.5, N = 1024, B = 2048, t_max = 300): "
-              f"{time.perf_counter() - t0:.1f} s wall ({res['wall_s']:.1f} s in the loop), {res['steps'][-1]} steps, "
-              f"t50 = {res['t50']:.3g}, t10 = {res['t10']:.3g}")
+              f"{time.perf_counter() - t0:.1f} s wall ({res.meta['wall_s']:.1f} s in the loop), {res.arrays['steps'][-1]} "
+              f"steps, t50 = {res.t50:.3g}, t10 = {res.t10:.3g}")
 
 
 if __name__ == "__main__":

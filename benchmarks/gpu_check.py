@@ -28,12 +28,12 @@ import torch
 
 from featureode.compare import compare_config, ratio_bounds, ratio_text
 from featureode.config import load_config
-from featureode.mlp import RunSpec, _Simulation, simulate_config
+from featureode.mlp import RunSpec, Simulation, simulate_config
 
 
 def throughput(cfg, runs: int, steps: int, device: str) -> float:
     """Run-steps per second of ``runs`` seeds of ``cfg`` stepped together in the batched layout."""
-    sim = _Simulation([RunSpec.build(cfg.replace(training={"seed": s})) for s in range(runs)], None, False, True)
+    sim = Simulation([RunSpec.build(cfg.replace(training={"seed": s})) for s in range(runs)], None, False, True)
     every = list(range(runs))
     for _ in range(3):  # warm-up, compilation included
         sim.net.step(*sim._sample(every), [0.1] * runs, every)
@@ -70,8 +70,8 @@ def main() -> None:
         print(lines[-1], flush=True)
 
     small = base.replace(training={"t_max": 20.0, "n_test": 4000, "n_points": 10})
-    on_dev = simulate_config(small, progress=False)["loss"]
-    on_cpu = simulate_config(small.replace(training={"device": "cpu"}), progress=False)["loss"]
+    on_dev = simulate_config(small, progress=False).loss
+    on_cpu = simulate_config(small.replace(training={"device": "cpu"}), progress=False).loss
     diff = float(np.max(np.abs(np.asarray(on_dev) - on_cpu) / np.asarray(on_cpu)))
     lines += ["", f"Device vs CPU, the same short run (t_max = 20, same seeds): max relative difference of the test "
                   f"loss curve = {diff:.2e}."]
