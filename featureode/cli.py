@@ -83,12 +83,14 @@ def _config(path: str | None) -> Any:
 
 
 def _config_for_out(args: argparse.Namespace) -> Any:
-    """The config of ``args.config``, with ``args.out`` created and stamped for it (refused if it holds results of
-    another config, unless ``args.force``)."""
-    from .compare import guard_output_dir
+    """The config of ``args.config`` after every check that can be made before computing, with ``args.out`` created,
+    locked for this command (a second command on the folder waits briefly, then refuses) and stamped for it; a folder
+    holding results of another config is refused unless ``args.force``, which removes those results first
+    (:func:`featureode.runs.prepare`)."""
+    from .runs import prepare
 
     cfg = _config(args.config)
-    guard_output_dir(Path(args.out), cfg, force=args.force)
+    prepare(Path(args.out), cfg, force=args.force)
     return cfg
 
 
@@ -154,7 +156,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``."""
     from .compare import compare_config
 
-    compare_config(_config_for_out(args), args.out, progress=not args.quiet)
+    compare_config(_config_for_out(args), args.out, progress=not args.quiet, figure_variant=args.figure_variant)
     print(Path(args.out, "report.md").read_text())
     return 0
 
@@ -215,11 +217,17 @@ def build_parser() -> argparse.ArgumentParser:
         c = add(name, fn, help_)
         c.add_argument("config", nargs="?", default=None, help="TOML config (default: the built-in example)")
         c.add_argument("--out", required=name != "compare", default="featureode-out", metavar="DIR")
-        c.add_argument("--force", action="store_true", help="overwrite results of a different config in DIR")
+        c.add_argument("--force", action="store_true",
+                       help="use DIR even if it holds results of a different config: remove those (and damaged "
+                            "result files) and recompute")
         if name != "solve":
             c.add_argument("--quiet", action="store_true", help="no progress bar")
         if name == "simulate":
             c.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt")
+        if name == "compare":
+            c.add_argument("--figure-variant", action="append", metavar="NAME",
+                           help="ODE variant drawn in the figure's mode and eigenvalue panels (repeatable; default: "
+                                "displacement if listed, else the first)")
 
     v = add("validate", cmd_validate, "run a named validation suite (ODE vs MLP on a grid)")
     from .compare import SUITES
