@@ -24,7 +24,7 @@ import numpy as np
 
 from .config import Config
 from .metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss, normalised
-from .trajectory import ODEResult, Trajectory, write_bytes, write_json, write_text
+from .trajectory import ODEResult, Trajectory, json_ready, write_bytes, write_json, write_text
 
 #: Line style of the k-th mode shown (the same in every panel).
 MODE_STYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 2)))
@@ -135,11 +135,11 @@ class Report:
         return "ok" if not issues else "; ".join(issues)
 
     def to_json(self) -> dict[str, Any]:
-        """``report.json`` (DESIGN §6: ``mlp``, ``variants``; plus ``config``, ``modes``, ``digest``, ``wall_s``,
-        ``status``)."""
-        return {"config": self.config.to_dict(), "modes": list(self.modes), "mlp": self.mlp.to_json(),
-                "variants": {k: v.to_json() for k, v in self.variants.items()}, "digest": self.digest,
-                "wall_s": self.wall_s, "status": self.status, **self.extra}
+        """``report.json`` in strict JSON form (DESIGN §6: ``mlp``, ``variants``; plus ``config``, ``modes``,
+        ``digest``, ``wall_s``, ``status``)."""
+        return json_ready({"config": self.config.to_dict(), "modes": list(self.modes), "mlp": self.mlp.to_json(),
+                           "variants": {k: v.to_json() for k, v in self.variants.items()}, "digest": self.digest,
+                           "wall_s": self.wall_s, "status": self.status, **self.extra})
 
     def markdown(self) -> str:
         """``report.md``: the metrics table."""
@@ -162,9 +162,7 @@ class Report:
     # --- against the dict; removed at merge (suites then read Report or report.json)
     @cached_property
     def _json_view(self) -> dict[str, Any]:
-        from .trajectory import json_ready
-
-        return json_ready(self.to_json())
+        return self.to_json()
 
     def __getitem__(self, key: str) -> Any:
         return self._json_view[key]
@@ -349,7 +347,7 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None) 
         handles = [Line2D([], [], color="0.3", ls=style[m], label=m) for m in shown]
         handles += [Line2D([], [], color=MLP_COLOUR, marker="o", ms=3, ls="none", label="MLP")]
         handles += [Line2D([], [], color=colours[n], lw=1.6, label=f"ODE {n}") for n in shown_variants]
-        ax.legend(handles=handles, fontsize=7, loc="center left" if key == "f" else "upper left")
+        ax.legend(handles=handles, fontsize=7, loc="center left" if key == "f" else "best")
 
     # the targets v_β on the mode panel, grouped where modes share a value
     ax = axes[1]

@@ -60,10 +60,12 @@ def _writable(out: Path, exc: OSError) -> RunFolderError:
                           "--out or fix its permissions")
 
 
-def acquire(out: "str | Path", wait: float = LOCK_WAIT_S) -> None:
+def acquire(out: "str | Path", wait: float | None = None) -> None:
     """Take the lock of ``out`` (created if needed) for this process; re-entrant. Waits up to ``wait`` seconds
-    for another process to release it, then raises :class:`FolderInUseError` naming the folder and the holder."""
+    (default :data:`LOCK_WAIT_S`) for another process to release it, then raises :class:`FolderInUseError` naming
+    the folder and the holder's pid."""
     out = Path(out).resolve()
+    wait = LOCK_WAIT_S if wait is None else wait
     if out in _HELD:
         _HELD[out][1] += 1
         return
@@ -72,6 +74,9 @@ def acquire(out: "str | Path", wait: float = LOCK_WAIT_S) -> None:
         fh = open(out / LOCK, "a+")
     except PermissionError as exc:
         raise _writable(out, exc) from None
+    except OSError as exc:  # e.g. a file where the folder should be
+        raise RunFolderError(f"cannot use {out} as the output folder ({exc.strerror or exc}); choose another "
+                             "--out") from None
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -109,7 +114,7 @@ def release(out: "str | Path") -> None:
 
 
 @contextmanager
-def locked(out: "str | Path", wait: float = LOCK_WAIT_S) -> Iterator[Path]:
+def locked(out: "str | Path", wait: float | None = None) -> Iterator[Path]:
     """``with locked(DIR):`` — hold the lock of ``DIR`` inside the block (see :func:`acquire`)."""
     acquire(out, wait)
     try:
@@ -215,7 +220,7 @@ def _readable_archive(path: Path) -> bool:
         return False
 
 
-def prepare(out: "str | Path", cfg: Config, force: bool = False, wait: float = LOCK_WAIT_S) -> Path:
+def prepare(out: "str | Path", cfg: Config, force: bool = False, wait: float | None = None) -> Path:
     """Make ``out`` the run folder of ``cfg``: check the config (:func:`check_config`), create the folder, take its
     lock for this process (held until :func:`release` or the process ends), refuse a folder holding results of
     another config unless ``force`` (then remove what is stale), and write the stamp. Returns the folder."""

@@ -9,8 +9,6 @@ import pytest
 from scipy import integrate
 
 from featureode.cli import main
-from featureode.compare import curve_metrics, guard_output_dir
-from featureode.metrics import crossing_time, in_support_loss
 from featureode.config import ConfigError, config_from_dict, load_config
 
 
@@ -111,62 +109,6 @@ def test_default_config_loads():
     assert abs(cfg.spectrum().g.sum() - 1) < 1e-14
 
 
-def test_crossing_time_recovers_exponential_exactly():
-    t = np.concatenate([[0.0], np.logspace(-2, 1, 37)])
-    loss = np.exp(-t)
-    # log L is linear in t, so log-linear interpolation is exact: t50 = ln 2, t10 = ln 10
-    assert crossing_time(t, loss, 0.5) == pytest.approx(math.log(2), rel=1e-12)
-    assert crossing_time(t, loss, 0.1) == pytest.approx(math.log(10), rel=1e-12)
-    assert crossing_time(t, loss, 1e-9) is None
-
-
-def test_curve_metrics_of_time_rescaled_curve():
-    t = np.concatenate([[0.0], np.logspace(-2, 2, 81)])
-    ref = np.exp(-t)
-    ode = np.exp(-t / 1.2)  # the same curve slowed by 1.2: every crossing ratio is 1.2
-    m = curve_metrics(t, ode, t, ref)
-    assert m["t50_ratio"] == pytest.approx(1.2, rel=1e-10) and m["t10_ratio"] == pytest.approx(1.2, rel=1e-10)
-    mask = (ref > 1e-2) & (t > 0)
-    assert m["log_rms"] == pytest.approx(np.sqrt(np.mean((t[mask] - t[mask] / 1.2) ** 2)), rel=1e-9)
-
-
-def test_ratio_range_of_truncated_curves_contains_the_true_ratio():
-    """Exponential curves L = exp(−t/τ) cross 10% at τ ln 10, so the true t10 ratio is τ_ode/τ_mlp. Cut one curve
-    before it crosses: the ratio is then unknown, and the range must bound it by the end of the cut curve."""
-    t = np.concatenate([[0.0], np.logspace(-2, 2, 81)])
-    mlp, ode = np.exp(-t / 3.0), np.exp(-t / 1.5)  # true ratios 0.5
-    cut = t <= 4.0  # the MLP ends at t = 4 < 3 ln 10 ≈ 6.9, the ODE crosses at 1.5 ln 10 ≈ 3.45
-    m = curve_metrics(t, ode, t[cut], mlp[cut])
-    assert m["t10_ratio"] is None
-    lo, hi = m["t10_ratio_range"]
-    assert lo == 0.0 and hi == pytest.approx(1.5 * math.log(10) / t[cut][-1], rel=1e-12) and lo < 0.5 < hi
-    assert m["t50_ratio_range"] == [pytest.approx(0.5, rel=1e-10)] * 2  # both cross 50% before t = 4
-    m = curve_metrics(t[cut], mlp[cut], t, ode)  # now the *ODE* is cut and slower: the ratio is above t_end/t10
-    lo, hi = m["t10_ratio_range"]
-    assert hi is None and lo == pytest.approx(t[cut][-1] / (1.5 * math.log(10)), rel=1e-12) and lo < 2.0
-    m = curve_metrics(t[cut], mlp[cut], t[cut], mlp[cut] ** 0.5)  # neither crosses 10% before t = 4
-    assert m["t10_ratio_range"] is None
-    m = curve_metrics(t, ode, [0.0], [1.0])  # a reference that ends at t = 0 bounds nothing
-    assert m["t10_ratio_range"] is None and m["t50_ratio_range"] is None
-
-
-def test_ratio_text():
-    from featureode.compare import ratio_text
-
-    assert [ratio_text(r) for r in (None, (1.25, 1.25), (0.0, 0.4967), (4.031, math.inf), (0.5, 0.75))] == \
-        ["—", "1.25", "< 0.497", "> 4.03", "[0.5, 0.75]"]
-
-
-def test_output_dir_guard(tmp_path):
-    cfg = load_config()
-    guard_output_dir(tmp_path, cfg)
-    guard_output_dir(tmp_path, cfg)  # same config: fine
-    other = cfg.replace(network={"richness": 0.1})
-    with pytest.raises(FileExistsError, match=r"\[network\] richness"):
-        guard_output_dir(tmp_path, other)
-    guard_output_dir(tmp_path, other, force=True)
-
-
 def test_kernel_json_contract(capsys, tmp_path):
     """`featureode kernel CONFIG --json` (DESIGN §6): the listed keys, the target's modes, HEA = Λ_{|β|} g^β with g
     written out by hand, the DESIGN ReLU values Λ_1, Λ_2 ≈ 0.694, 0.412 (σ_b = 0.5), κ = γ² c_1/Λ_1²."""
@@ -216,13 +158,6 @@ def test_acceptance_bands_and_lazy_rule():
     assert acceptance(rich, bounded(1.0, [1.0, None]))["displacement"] is None
 
 
-def test_in_support_loss_leaves_out_extended_modes():
-    v = [0.6, 0.8, 0.0]  # third mode: an extended-basis mode outside the target's support
-    f = np.array([[0.0, 0.0, 0.0], [0.3, 0.4, 0.5], [0.6, 0.8, -0.2]])
-    # by hand: (0.36 + 0.64)/1, (0.09 + 0.16)/1, 0
-    np.testing.assert_allclose(in_support_loss(f, v), [1.0, 0.25, 0.0], atol=1e-15)
-
-
 def test_aggregate_over_seeds():
     from featureode.compare import Case, aggregate
 
@@ -257,26 +192,3 @@ def test_aggregate_over_seeds():
     assert c["variants"]["displacement"]["t10_ratio"]["range"] == [pytest.approx(1.5), None]
     assert c["accepted"]["displacement"] is False  # > 1.5 is above the band's 1.30
     json.dumps(c, allow_nan=False)  # no Infinity in the JSON summary
-
-
-def test_report_bounds_the_in_support_ratio_too():
-    """An MLP whose in-support loss exp(−t/3) has not reached 10% when it stops at t = 4, against an ODE with
-    f = 1 − e^{−t} (in-support loss e^{−2t}, t10 = ln 10 / 2): the in-support t10 ratio is bounded by
-    (ln 10 / 2)/4, in report.json and in report.md."""
-    from featureode.compare import build_report, report_markdown
-
-    t = np.concatenate([[0.0], np.logspace(-2, np.log10(4.0), 60)])
-    f = 1 - np.exp(-t)
-    ode = {"modes": ["z0"], "target": [1.0],
-           "variants": {"lazy": {"t": t.tolist(), "loss": ((1 - f) ** 2).tolist(), "f": f[:, None].tolist()}}}
-    # the MLP's test loss e^{−t} does cross (t10 = ln 10 < 4): its ratio is exact, 0.5
-    mlp = {"t": t.tolist(), "loss": np.exp(-t).tolist(), "in_support_loss": np.exp(-t / 3).tolist()}
-    cfg = load_config()
-    rep = build_report(cfg, ode, mlp)
-    ins = rep["variants"]["lazy"]["in_support"]
-    assert ins["t10_ratio"] is None
-    assert ins["t10_ratio_range"] == [0.0, pytest.approx(math.log(10) / 2 / 4.0, rel=1e-9)]
-    assert rep["variants"]["lazy"]["t10_ratio"] == pytest.approx(0.5, rel=1e-9)
-    row = next(line for line in report_markdown(cfg, rep).splitlines() if line.startswith("| lazy"))
-    cells = [c.strip() for c in row.split("|")[1:-1]]  # variant, t50, t10, ratios, log-RMS, in-support …
-    assert cells[4] == "0.5" and cells[7] == "< 0.288"

@@ -192,7 +192,7 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     tiny = _tiny_suite("one tiny case", compare._grid(["z0*z1"], [0.5], {}, 8), t_max_cap=30.0)
     monkeypatch.setitem(compare.SUITES, "tiny", tiny)
     study = _load_script("convergence_study")
-    calls = {"run_mlp": 0, "solve_config": 0}
+    calls = {"mlp_trajectory": 0, "solve_config": 0}
 
     def counted(name, fn):
         def wrapper(*args, **kwargs):
@@ -205,7 +205,7 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     out = tmp_path / "study"
     rows = study.main(["--out", str(out), "--suite", "tiny", "--case", "z0_z1_d8_g0.5", "--widths", "32", "64",
                        "--bases", "3:1", "8:2", "--quiet"])
-    assert calls == {"run_mlp": 2, "solve_config": 2}
+    assert calls == {"mlp_trajectory": 2, "solve_config": 2}
     assert [(r["width"], r["max_modes"], r["variant"]) for r in rows] == [
         (w, m, v) for w in (32, 64) for m in (3, 8) for v in ("lazy", "displacement")]
     assert "| 32 | +2, ≤ 8 (" in (out / "study.md").read_text()
@@ -215,14 +215,14 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     ref = compare.compare_config(cfg, tmp_path / "ref", progress=False)
     for variant in ("lazy", "displacement"):
         row = next(r for r in rows if (r["width"], r["max_modes"], r["variant"]) == (32, 8, variant))
-        v = ref["variants"][variant]
-        assert row["t50_ratio"] == compare.ratio_bounds(v, "t50_ratio")
-        assert row["t10_ratio"] == compare.ratio_bounds(v, "t10_ratio")
-        assert row["in_support_t10_ratio"] == v["in_support"]["t10_ratio"]
-        assert row["ode_loss_end"] == pytest.approx(v["loss"][-1], rel=1e-12)
-        assert row["mlp_loss_end"] == pytest.approx(ref["mlp"]["loss"][-1], rel=1e-12)
+        v = ref.variants[variant]
+        assert row["t50_ratio"] == v.metrics.t50_ratio
+        assert row["t10_ratio"] == v.metrics.t10_ratio
+        assert row["in_support_t10_ratio"] == v.in_support.t10_ratio.value
+        assert row["ode_loss_end"] == pytest.approx(v.loss[-1], rel=1e-12)
+        assert row["mlp_loss_end"] == pytest.approx(ref.mlp.loss[-1], rel=1e-12)
         assert row["mlp_in_support_end"] == pytest.approx(
-            ref["mlp"]["in_support_loss"][-1] / ref["mlp"]["in_support_loss"][0], rel=1e-12)
-        assert row["modes"] == len(ref["modes"]) and row["t_end"] == ref["mlp"]["t"][-1]
+            ref.mlp.in_support_loss[-1] / ref.mlp.in_support_loss[0], rel=1e-12)
+        assert row["modes"] == len(ref.modes) and row["t_end"] == ref.mlp.t[-1]
     with pytest.raises(SystemExit):
         study.main(["--out", str(out), "--suite", "tiny", "--case", "nope"])
