@@ -87,10 +87,13 @@ def _config_for_out(args: argparse.Namespace) -> Any:
     locked for this command (a second command on the folder waits briefly, then refuses) and stamped for it; a folder
     holding results of another config is refused unless ``args.force``, which removes those results first
     (:func:`featureode.runs.prepare`)."""
-    from .runs import prepare
+    import atexit
+
+    from .runs import prepare, release
 
     cfg = _config(args.config)
     prepare(Path(args.out), cfg, force=args.force)
+    atexit.register(release, Path(args.out))  # the command holds the folder until the process ends
     return cfg
 
 
