@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .config import Config
-from .metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss, normalised
+from .metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss
 from .trajectory import ODEResult, Trajectory, json_ready, write_bytes, write_json, write_text
 
 #: Line style of the k-th mode shown (the same in every panel).
@@ -53,7 +53,7 @@ class MLPSummary:
     def of(cls, mlp: Trajectory) -> "MLPSummary":
         """The summary of a simulation (``kind = "mlp"``)."""
         t = np.asarray(mlp.t, float)
-        test = normalised(mlp.loss)
+        test = mlp.ratio
         insup = np.asarray(mlp.in_support_loss if mlp.in_support_loss is not None
                            else in_support_loss(mlp.f, mlp.target), float)
         return cls(t, test, insup, crossing_time(t, test, 0.5), crossing_time(t, test, 0.1),
@@ -120,7 +120,6 @@ class Report:
     ode: ODEResult
     network: Trajectory
     wall_s: float | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -139,7 +138,7 @@ class Report:
         ``digest``, ``wall_s``, ``status``)."""
         return json_ready({"config": self.config.to_dict(), "modes": list(self.modes), "mlp": self.mlp.to_json(),
                            "variants": {k: v.to_json() for k, v in self.variants.items()}, "digest": self.digest,
-                           "wall_s": self.wall_s, "status": self.status, **self.extra})
+                           "wall_s": self.wall_s, "status": self.status})
 
     def markdown(self) -> str:
         """``report.md``: the metrics table."""
@@ -182,7 +181,7 @@ def build_report(cfg: Config, ode: ODEResult, mlp: Trajectory, wall_s: float | N
         # MLP's in-support loss)
         ode_insup = tr.in_support_loss if tr.in_support_loss is not None else in_support_loss(tr.f, ode.target)
         ins = curve_metrics(tr.t, ode_insup, summary.t, summary.in_support_loss)
-        variants[name] = VariantReport(name, np.asarray(tr.t, float), normalised(tr.loss), met, ins,
+        variants[name] = VariantReport(name, np.asarray(tr.t, float), tr.ratio, met, ins,
                                        tr.status.error)
     return Report(cfg, tuple(ode.modes), summary, variants, ode, mlp, wall_s)
 

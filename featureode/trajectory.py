@@ -29,9 +29,11 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
+
+from .metrics import normalised
 
 #: JSON keys of the core fields (DESIGN §6 names) and the attribute each is stored in.
 _CORE = {"t": "t", "loss": "loss", "in_support_loss": "in_support_loss", "f": "f", "f_stderr": "f_stderr",
@@ -93,12 +95,11 @@ class Trajectory:
     # derived values ------------------------------------------------------------------------------------------------
     @property
     def ratio(self) -> np.ndarray:
-        """``L(t)/L(0)``."""
-        loss = np.asarray(self.loss, float)
-        if loss.size == 0 or not loss[0] > 0:
-            raise ValueError(f"trajectory {self.name!r}: a loss curve must start with a positive L(0), "
-                             f"got {loss[:1].tolist()}")
-        return loss / loss[0]
+        """``L(t)/L(0)`` (:func:`featureode.metrics.normalised`)."""
+        try:
+            return normalised(self.loss)
+        except ValueError as exc:
+            raise ValueError(f"trajectory {self.name!r}: {exc}") from None
 
     @property
     def end_t(self) -> float:
