@@ -273,12 +273,16 @@ def cached_report(out: "str | Path", cfg: Config) -> dict[str, Any] | None:
 
 def mlp_trajectory(cfg: Config, out: "str | Path", progress: bool = True) -> Trajectory:
     """The MLP of ``cfg`` in ``out``: the finished simulation there, or a new one (resumed from ``checkpoint.pt``
-    when one is present), written to ``out/mlp.json``/``mlp.npz``."""
+    when one is present), written to ``out/mlp.json``/``mlp.npz``. A damaged checkpoint is refused, naming it."""
     from .mlp import simulate_config
 
     out = Path(out)
     cached = cached_mlp(out, cfg)
     if cached is not None and cached.status.complete:
         return cached
-    simulate_config(cfg, out, resume=(out / "checkpoint.pt").exists(), progress=progress)
+    checkpoint = out / "checkpoint.pt"
+    if not _readable_archive(checkpoint):
+        raise TrajectoryFileError(f"{checkpoint} is damaged (not a readable archive); delete it to start the "
+                                  "simulation afresh, or rerun with --force")
+    simulate_config(cfg, out, resume=checkpoint.exists(), progress=progress)
     return Trajectory.load(out, "mlp")

@@ -189,3 +189,14 @@ def test_a_file_where_the_folder_should_be(tmp_path, capsys):
     assert main(["solve", "--out", str(tmp_path / "f")]) == 2
     err = capsys.readouterr().err
     assert "cannot use" in err and str(tmp_path / "f") in err and err.count("\n") == 1
+
+
+def test_damaged_checkpoint_is_named_and_force_removes_it(tmp_path):
+    cfg = load_config()
+    runs.prepare(tmp_path, cfg)
+    (tmp_path / "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(TrajectoryFileError, match="checkpoint.pt is damaged"):
+        runs.mlp_trajectory(cfg, tmp_path)  # refused before any training starts
+    runs.prepare(tmp_path, cfg, force=True)
+    assert not (tmp_path / "checkpoint.pt").exists()
+    runs.release(tmp_path), runs.release(tmp_path)
