@@ -157,12 +157,20 @@ def _changed_keys(old: dict[str, Any], cfg: Config) -> list[str]:
                   for k, v in vals.items() if old.get("config", {}).get(sec, {}).get(k) != v)
 
 
-def _old_mlp_digest(old: dict[str, Any]) -> str | None:
-    """The MLP digest of a stamp's config, recomputed with today's digest (``None`` if it no longer loads)."""
+def _old_digest(old: dict[str, Any], sections: tuple[str, ...] | None = None) -> str | None:
+    """The digest of a stamp's config recomputed with today's :meth:`~featureode.config.Config.digest` (so a stamp
+    written before a change of the digest, or differing only in run-time keys, still matches); ``None`` if that
+    config no longer loads."""
     try:
-        return config_from_dict(old.get("config", {})).digest(MLP_SECTIONS)
-    except (ValueError, TypeError, KeyError):
+        old_cfg = config_from_dict(old.get("config", {}))
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
+    return old_cfg.digest() if sections is None else old_cfg.digest(sections)
+
+
+def same_config(old: dict[str, Any] | None, cfg: Config) -> bool:
+    """Is the stamp ``old`` one of ``cfg`` (its stored digest, or its config's digest recomputed today)?"""
+    return old is not None and (old.get("digest") == cfg.digest() or _old_digest(old) == cfg.digest())
 
 
 def remove_stale(out: "str | Path", cfg: Config, old: dict[str, Any] | None) -> list[str]:
@@ -172,7 +180,7 @@ def remove_stale(out: "str | Path", cfg: Config, old: dict[str, Any] | None) -> 
     (``mlp.*``, ``checkpoint.pt``) go unless ``mlp.json`` loads and is of ``cfg``'s MLP sections (or, without an
     ``mlp.json``, unless the old stamp's MLP sections equal ``cfg``'s and the checkpoint is a readable archive)."""
     out = Path(out)
-    same = old is not None and old.get("digest") == cfg.digest()
+    same = same_config(old, cfg)
     drop: list[str] = []
     ode_ok = same
     if same and (out / "ode.json").exists():
@@ -194,7 +202,8 @@ def remove_stale(out: "str | Path", cfg: Config, old: dict[str, Any] | None) -> 
         except TrajectoryFileError:
             mlp_ok = False
     else:
-        mlp_ok = old is not None and _old_mlp_digest(old) == mlp_digest and _readable_archive(out / "checkpoint.pt")
+        mlp_ok = (old is not None and _old_digest(old, MLP_SECTIONS) == mlp_digest
+                  and _readable_archive(out / "checkpoint.pt"))
     if not mlp_ok:
         drop += list(MLP_FILES)
     removed = []
@@ -230,7 +239,7 @@ def prepare(out: "str | Path", cfg: Config, force: bool = False, wait: float | N
     try:
         old = read_stamp(out)
         present = results_in(out)
-        if old is not None and old.get("digest") != cfg.digest() and present and not force:
+        if old is not None and present and not force and not same_config(old, cfg):
             raise FileExistsError(f"{out} holds results of a different config (changed: "
                                   f"{', '.join(_changed_keys(old, cfg)) or 'the digest'}); choose another --out or "
                                   "pass --force")

@@ -200,3 +200,14 @@ def test_damaged_checkpoint_is_named_and_force_removes_it(tmp_path):
     runs.prepare(tmp_path, cfg, force=True)
     assert not (tmp_path / "checkpoint.pt").exists()
     runs.release(tmp_path), runs.release(tmp_path)
+
+
+def test_a_stamp_of_the_same_config_under_an_older_digest_is_accepted(tmp_path):
+    """A folder stamped before the digest changed (same config, another digest string) is still the same run."""
+    cfg = load_config()
+    (tmp_path / "config.json").write_text(json.dumps({"digest": "0000older0000", "config": cfg.to_dict()}))
+    _touch(tmp_path, "report.json")
+    runs.prepare(tmp_path, cfg)  # not refused
+    assert json.loads((tmp_path / "config.json").read_text())["digest"] == cfg.digest()
+    assert (tmp_path / "report.json").exists()
+    runs.release(tmp_path)
