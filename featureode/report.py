@@ -18,13 +18,16 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from .config import Config
 from .metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss
 from .trajectory import ODEResult, Trajectory, json_ready, write_bytes, write_json, write_text
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: Line style of the k-th mode shown (the same in every panel).
 MODE_STYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 2)))
@@ -144,7 +147,7 @@ class Report:
         """``report.md``: the metrics table."""
         return report_markdown(self)
 
-    def figure(self, variant: "str | Sequence[str] | None" = None) -> Any:
+    def figure(self, variant: "str | Sequence[str] | None" = None) -> "Figure":
         """The report's figure (:func:`report_figure`)."""
         return report_figure(self, variant)
 
@@ -275,7 +278,7 @@ def _log_ticks(ax: Any, which: str) -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def report_figure(report: Report, variant: "str | Sequence[str] | None" = None) -> Any:
+def report_figure(report: Report, variant: "str | Sequence[str] | None" = None) -> "Figure":
     """A :class:`matplotlib.figure.Figure` of three panels on shared log-time axes: the loss ``L(t)/L(0)`` (MLP test
     and in-support loss, every ODE variant; the levels 0.5 and 0.1 with each curve's ``t50``/``t10`` marked), the
     mode coefficients ``f_β(t)`` with the targets ``v_β``, and the eigenvalues ``λ_β(t)``. ``variant``: the ODE
