@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .activations import get_activation
+from .activations import ActivationError, get_activation
 from .data import DataError, Spectrum
 from .parametrization import PARAMETRIZATIONS
 from .targets import Target, TargetError, check_target_text, parse_target
@@ -394,16 +394,22 @@ def _validate(cfg: Config) -> None:
         check_target_text(cfg.target.expr, d.dim)
     except TargetError as exc:
         raise ConfigError(f"[target] expr: {exc}") from None
-    get_activation(cfg.network.activation)
+    try:
+        get_activation(cfg.network.activation)
+    except ActivationError as exc:
+        raise ConfigError(f"[network] activation: {exc}") from None
     t = cfg.training
     if not t.t_min < t.t_max:
         raise ConfigError(f"[training] t_min = {t.t_min:g} must be below t_max = {t.t_max:g} (the first log-spaced "
                           "measurement time after 0)")
     if not cfg.ode.variants:
         raise ConfigError("[ode] variants is empty; list at least one, e.g. [\"lazy\", \"displacement\"]")
-    from .variants import variants_from_config
+    from .variants import VariantError, variants_from_config
 
-    variants_from_config(cfg.ode)  # unknown variants, custom tables and ablated terms (VariantError names the key)
+    try:
+        variants_from_config(cfg.ode)  # unknown variants, custom tables and ablated terms
+    except VariantError as exc:
+        raise ConfigError(str(exc) if str(exc).startswith("[ode") else f"[ode] variants: {exc}") from None
 
 
 def load_config(path: "str | Path | None" = None) -> Config:
