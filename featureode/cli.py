@@ -184,7 +184,7 @@ examples:
   featureode kernel examples/staircase3.toml --json        λ_β(0), Λ_l, c_l of a config
   featureode derive examples/staircase3.toml --latex ode.tex
   featureode solve examples/staircase3.toml --out runs/s3  the ODE variants alone (seconds)
-  featureode compare --out featureode-out                  ODE vs MLP on the default run (about a minute)
+  featureode compare --out featureode-out                  ODE vs MLP on the default run
   featureode validate quick --out runs/quick               a small validation grid
 
 Errors are one line "featureode: error: ..." with exit status 2 (--traceback shows the traceback);
