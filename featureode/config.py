@@ -17,7 +17,9 @@ import functools
 import hashlib
 import json
 import math
+import os
 import re
+import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -275,19 +277,27 @@ def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
     return value
 
 
+# device files of an NVIDIA driver (Linux, WSL): without any of them CUDA cannot be available
+_CUDA_DEVICE_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
 @functools.lru_cache(maxsize=None)
 def resolved_device(name: str) -> str:
     """What ``[training] device`` runs on: ``"cpu"`` or ``"cuda[:k]"`` (``"auto"``: CUDA when available).
 
-    Imports torch only for names other than ``"cpu"``; raises :class:`ConfigError` when CUDA is asked for and there
-    is none."""
+    Imports torch only when a GPU driver is present (else ``"auto"`` is the CPU, found without the 1–2 s import);
+    raises :class:`ConfigError` when CUDA is asked for and there is none."""
     if name == "cpu":
         return "cpu"
-    import torch
+    if "torch" in sys.modules or any(os.path.exists(f) for f in _CUDA_DEVICE_FILES):
+        import torch
 
+        available = torch.cuda.is_available()
+    else:
+        available = False
     if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if not torch.cuda.is_available():
+        return "cuda" if available else "cpu"
+    if not available:
         raise ConfigError(f"[training] device = {name!r} but CUDA is not available here; use 'auto' or 'cpu'")
     return name
 
@@ -334,12 +344,13 @@ class Config:
 
     def digest(self, sections: tuple[str, ...] = tuple(SECTIONS)) -> str:
         """Stable hash of the given sections, without the run-time-only keys (:data:`RUNTIME_KEYS`); it keys
-        result caches and guards output folders. Resolving ``device = "auto"`` imports torch."""
+        result caches and guards output folders (``device`` through :func:`resolved_device`)."""
         raw = self.to_dict()
         for key in RUNTIME_KEYS:
             sec, name = key.split(".")
-            if key == "training.device":
-                raw[sec][name] = "auto" if resolved_device(raw[sec][name]) == "cpu" else "cuda"
+            if key == "training.device":  # an explicit "cuda[:k]" is CUDA without asking torch
+                dev = raw[sec][name]
+                raw[sec][name] = "cuda" if dev.startswith("cuda") or resolved_device(dev) != "cpu" else "auto"
             else:
                 raw[sec][name] = _DIGEST_AS[key]
         blob = json.dumps({k: v for k, v in raw.items() if k in sections}, sort_keys=True, default=str)

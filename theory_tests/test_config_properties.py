@@ -189,6 +189,21 @@ def test_runtime_keys_do_not_change_the_digest(every, threads, compile_, device)
     assert other.digest() == base.digest() and other.digest(sections) == base.digest(sections)
 
 
+def test_cpu_and_cuda_are_different_identities() -> None:
+    """CUDA runs differ from CPU runs beyond round-off order (other kernels and batching): another digest, with no
+    GPU needed to compute it; asking for CUDA where there is none is a config error at run time."""
+    from featureode.config import resolved_device
+
+    torch = pytest.importorskip("torch")
+    base = config_from_dict(BASE)
+    cuda = [base.replace(training={"device": d}).digest() for d in ("cuda", "cuda:0", "cuda:1")]
+    assert len(set(cuda)) == 1 and cuda[0] != base.digest()
+    if not torch.cuda.is_available():
+        assert resolved_device("auto") == "cpu"
+        with pytest.raises(ConfigError, match=r"device = 'cuda:1' but CUDA is not available"):
+            resolved_device("cuda:1")
+
+
 @given(st.sampled_from(sorted(NUMERIC) + sorted(CHOICES) + BOOLS), st.data())
 def test_every_other_key_changes_the_digest(key, data) -> None:
     sec, k = key
