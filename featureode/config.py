@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .activations import ActivationError, get_activation
-from .data import DataError, Spectrum
+from .data import MAX_DIM, DataError, Spectrum
 from .parametrization import PARAMETRIZATIONS
 from .targets import Target, TargetError, check_target_text, parse_target
 
@@ -171,7 +171,7 @@ _POS = dict(lo=0, lo_open=True)
 #: The valid value of every key that is not a plain bool/string/list/table (those are type-checked from defaults).
 RULES: dict[str, dict[str, "Num | Choice"]] = {
     "data": {
-        "dim": Num(int, 1, why="the input dimension d"),
+        "dim": Num(int, 1, MAX_DIM, why="the input dimension d; the spectrum, weights and samples hold d numbers"),
         "exponent": Num(float, 0, why="g_i ∝ (i + offset)^(−exponent) must be non-increasing (DESIGN §1)"),
         "offset": Num(float, **_POS, why="the power law needs i + offset > 0 from i = 0"),
     },
@@ -188,8 +188,7 @@ RULES: dict[str, dict[str, "Num | Choice"]] = {
         "device": Choice(("auto", "cpu", "cuda"), pattern=r"cuda:\d+"),
         "dtype": Choice(("float32", "float64")),
         "eta_max": Num(float, **_POS, why="the largest gradient-flow step η"),
-        "eta_safety": Num(float, 0, 2, lo_open=True, hi_open=True,
-                          why="η = eta_safety/λ_top; gradient descent diverges for η λ_top ≥ 2"),
+        "eta_safety": Num(float, **_POS, why="η = eta_safety/λ_top; 0.5 is safe, ≥ 2 diverges"),
         "ntk_every": Num(int, 1, why="steps between measurements of λ_top"),
         "ntk_probe": Num(int, 1, why="samples in the probe set of λ_top"),
         "max_steps": Num(int, 1, why="the most SGD steps of a run"),

@@ -15,6 +15,8 @@ import sympy as sp
 
 
 EXACT_MAX_DIM = 64  # power-law spectra keep an exact SymPy form up to this dimension
+#: the largest input dimension: the spectrum, each weight vector and each sample hold d numbers (8 bytes each)
+MAX_DIM = 10_000_000
 
 
 class DataError(ValueError):
@@ -56,8 +58,9 @@ class Spectrum:
     @classmethod
     def power_law(cls, dim: int, exponent: float = 1.5, offset: float = 3.0, normalize: bool = True) -> "Spectrum":
         """``g_i ∝ (i + offset)^(-exponent)``, ``i = 0…d-1``, normalised to ``Σ g_i = 1`` by default."""
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-            raise DataError(f"dim must be a positive integer, got {dim!r}")
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= MAX_DIM:
+            raise DataError(f"dim must be an integer in [1, {MAX_DIM:.0e}] (the spectrum, each weight vector and each "
+                            f"sample hold d numbers), got {dim!r}")
         if not np.isfinite(exponent) or exponent < 0:
             raise DataError(f"exponent must be finite and ≥ 0, got {exponent!r}")
         if not np.isfinite(offset) or offset <= 0:

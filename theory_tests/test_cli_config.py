@@ -91,6 +91,7 @@ def test_decompose_at_large_dimension(capsys):
     (["decompose", "z0*z8", "--dim", "8"], "z8"),
     (["decompose", "z0 + foo", "--dim", "8"], "foo"),
     (["decompose", "z0", "--dim", "4", "--exponent", "-1"], "exponent"),
+    (["decompose", "z0", "--dim", "100000000"], "dim must be an integer in [1, 1e+07]"),
 ])
 def test_cli_bad_input_one_line_error(capsys, argv, needle):
     assert main(argv) == 2
