@@ -2,7 +2,7 @@
 
 :func:`system_latex` prints a resolved system in indexed form, each term under a brace with its name (removed terms
 show their neutral value, replaced ones are marked). :func:`derive_document` writes a document that compiles with
-plain ``pdflatex`` (amsmath, amssymb, geometry and longtable, all in texlive-latex-base): setup, the terms, every
+plain ``pdflatex`` (amsmath, amssymb and geometry, all in texlive-latex-base): setup, the terms, every
 variant with its ablations, and the constants with their values (numbers as ``m \\times 10^{e}`` outside
 ``[10⁻³, 10⁴)``, long tables broken across pages).
 """
@@ -126,19 +126,22 @@ def _num(x: float | None, digits: int = 4) -> str:
     return power if mantissa == "1" else (rf"-{power}" if mantissa == "-1" else rf"{mantissa} \times {power}")
 
 
-def _table(header: Iterable[str], rows: Iterable[Iterable[str]], align: str | None = None,
-           long: bool = False) -> str:
-    """A ruled table; ``align`` one letter per column (default: first column left, the others right);
-    ``long``: a ``longtable`` that breaks across pages, with the header repeated."""
+#: rows per tabular of a long table (a tabular cannot break across pages; consecutive ones can)
+TABLE_ROWS = 40
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], align: str | None = None) -> str:
+    """A ruled table; ``align`` one letter per column (default: first column left, the others right). More than
+    :data:`TABLE_ROWS` rows become consecutive tabulars with the header repeated, so the table breaks across pages
+    (in one pdflatex pass, unlike ``longtable``)."""
     header = list(header)
     align = align or "l" + "r" * (len(header) - 1)
-    env = "longtable" if long else "tabular"
-    head = [r"\hline", " & ".join(header) + r" \\", r"\hline"]
-    if long:
-        head += [r"\endhead", r"\hline", r"\endfoot"]
     body = [" & ".join(row) + r" \\" for row in rows]
-    start = rf"\begin{{{env}}}{'[l]' if long else ''}{{{align}}}"
-    return "\n".join([start] + head + body + ([] if long else [r"\hline"]) + [rf"\end{{{env}}}"])
+    parts = []
+    for start in range(0, max(len(body), 1), TABLE_ROWS):
+        parts.append("\n".join([rf"\begin{{tabular}}{{{align}}}", r"\hline", " & ".join(header) + r" \\", r"\hline"]
+                               + body[start:start + TABLE_ROWS] + [r"\hline", r"\end{tabular}"]))
+    return "\n\n\\smallskip\n".join(parts)
 
 
 def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
@@ -195,7 +198,7 @@ def _constants(theory: Any) -> str:
             for m, vb, le, se, lh in zip(theory.modes, np.asarray(theory.target, float), lam_e, err, lam_h)]
     header = ([r"$\beta$", r"$v_\beta$", r"$\lambda_\beta(0)$ exact"] + (["std.\ error"] if sampled else [])
               + [r"$\lambda_\beta(0)$ HEA", r"$g^\beta$"])
-    modes = _table(header, rows, long=True)
+    modes = _table(header, rows)
     lev = _table(["$l$", r"$\Lambda_l$", "$c_l$"],
                  [[f"${k}$", f"${_num(float(a))}$", f"${_num(float(b))}$"]
                   for k, (a, b) in enumerate(zip(theory.level_coefficients, theory.c))])
@@ -203,8 +206,8 @@ def _constants(theory: Any) -> str:
             + rf"$\gamma = {_num(theory.gamma)}$, derived $\kappa = \gamma^2 c_1/\Lambda_1^2 = {_num(theory.kappa)}$."
             + "\n\n" + _spectrum_table(g) + "\n\n\\medskip\n"
             + rf"Initial eigenvalues of the $M = {len(theory.modes)}$ modes"
-            + (" (Monte Carlo, with standard errors)" if sampled else " (deterministic quadrature)") + ":\n"
-            + modes + "\n\n\\medskip\n" + r"Level coefficients $\Lambda_l$ and displacement constants $c_l$:"
+            + (" (Monte Carlo, with standard errors)" if sampled else " (deterministic quadrature)") + ":\n\n"
+            + "\\smallskip\n" + modes + "\n\n\\medskip\n" + r"Level coefficients $\Lambda_l$ and displacement constants $c_l$:"
             + "\n\n\\smallskip\n" + lev + "\n")
 
 
@@ -248,7 +251,7 @@ def derive_document(cfg: Any, theory: Any = None) -> str:
     items = "\n".join(rf"\item[\texttt{{{tex_text(t.name)}}}] {tex_text(t.doc)}: "
                       rf"$\displaystyle {expr_latex(t.body)}$ (removed: ${expr_latex(t.neutral)}$)" for t in terms)
     parts = [r"\documentclass[11pt]{article}", r"\usepackage[margin=2cm]{geometry}",
-             r"\usepackage{amsmath,amssymb,longtable}",
+             r"\usepackage{amsmath,amssymb}",
              r"\allowdisplaybreaks", r"\begin{document}",
              rf"\section*{{Feature ODE for \texttt{{{tex_text(cfg.target.expr)}}}}}", setup, "",
              notation, r"\section*{Terms}", r"\begin{description}", items, r"\end{description}",
