@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _ode_theories import C, LEVELS, extended_theory, make_theory
+from _ode_theories import C, LEVELS, extended_theory, make_theory, theory_from_modes
 from featureode import ode
 from featureode.config import config_from_dict
 from featureode.hermite import Mode
@@ -41,12 +41,16 @@ def test_document_shows_terms_variants_and_constants():
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
-@pytest.mark.parametrize("basis", ["target", "extended"])
+@pytest.mark.parametrize("basis", ["target", "extended", "long"])
 def test_document_compiles_with_pdflatex(tmp_path: Path, basis):
-    """It compiles, and neither the setup paragraph nor the Constants section (spectrum, mode and level tables)
-    overflows the page: pdflatex reports no overfull box on their lines."""
-    cfg = CFG.replace(ode={"basis": basis})
-    theory = extended_theory("staircase(2)", 8) if basis == "extended" else make_theory("staircase(2)")
+    """It compiles in one pass, and neither the setup paragraph nor the Constants section (spectrum, mode and level
+    tables) overflows the page: pdflatex reports no overfull box on their lines ("long": 70 modes at d = 70)."""
+    if basis == "long":
+        cfg = CFG.replace(data={"dim": 70})
+        theory = theory_from_modes({f"z{i}": 70**-0.5 for i in range(70)}, dim=70)
+    else:
+        cfg = CFG.replace(ode={"basis": basis})
+        theory = extended_theory("staircase(2)", 8) if basis == "extended" else make_theory("staircase(2)")
     doc = derive_document(cfg, theory)
     (tmp_path / "ode.tex").write_text(doc)
     run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "ode.tex"], cwd=tmp_path,
@@ -59,6 +63,9 @@ def test_document_compiles_with_pdflatex(tmp_path: Path, basis):
     log = (tmp_path / "ode.log").read_text(errors="replace")
     overfull = [int(a) for a in re.findall(r"Overfull \\hbox .* at lines (\d+)--\d+", log)]
     assert [a for a in overfull if a == setup or a >= constants] == [], log[-2000:]
+    assert "Rerun" not in log
+    if basis == "long":  # 70 rows: two tabulars of at most 40, each with the header
+        assert doc.count(r"$\beta$ & $v_\beta$") == 2 and "$z_{69}$" in doc
 
 
 @pytest.mark.parametrize("x, tex", [
