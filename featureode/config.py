@@ -112,10 +112,10 @@ MLP_SECTIONS = ("data", "target", "network", "training")
 
 #: Run-time-only keys ("table.key"): they change how a run is carried out, not what it computes, so they are not
 #: part of a config's identity (:meth:`Config.digest`, which keys output folders and result caches): a folder made
-#: with other values of these keys is reused. Measured on CPU (``benchmarks``-style runs, same seed):
-#: ``checkpoint_every`` leaves every number bit-identical; ``threads`` (1 vs 2) is bit-identical on the default run
-#: (N = 1024, B = 2048) and ``threads`` and ``compile`` change float32 round-off elsewhere (N = 128, B = 512: up to
-#: 6e-8 in L/L(0), far below seed-to-seed noise), so a reused result may differ from a fresh one at that level.
+#: with other values of these keys is reused. Measured on CPU with the same seed: ``checkpoint_every`` (0 vs 7)
+#: leaves every number bit-identical; ``threads`` (1 vs 2) is bit-identical on the default run (N = 1024, B = 2048,
+#: to t = 3), while ``threads`` and ``compile`` change float32 round-off on a small one (N = 128, B = 512, d = 8, to
+#: t = 30: up to 6e-8 in L/L(0), far below seed-to-seed noise), so a reused result may differ from a fresh one there.
 #: ``device`` enters the digest through what it resolves to: ``"auto"`` and ``"cpu"`` are one identity on a machine
 #: without CUDA, while CPU and CUDA runs (other kernels, reduction orders and batching) are different identities.
 RUNTIME_KEYS = ("training.checkpoint_every", "training.threads", "training.compile", "training.device")
@@ -269,7 +269,7 @@ def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
             raise ConfigError(f"{where} must be a list, got {_shown(value)}")
         return value
     for typ, name in ((bool, "true or false"), (str, "a string"), (list, "a list"), (dict, "a table")):
-        if isinstance(default, typ) and (not isinstance(value, typ) or (typ is not bool and isinstance(value, bool))):
+        if isinstance(default, typ) and not isinstance(value, typ):
             raise ConfigError(f"{where} must be {name}, got {value!r}")
     if isinstance(default, list) and not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of names (strings), got {value!r}")
