@@ -34,7 +34,7 @@ class Spectrum:
     g: np.ndarray
     exact: tuple[sp.Expr, ...] | None = None
     rotation: np.ndarray | None = field(default=None, compare=False)
-    description: str = ""
+    description: str = ""   # how it was given, in words (without d: say d = dim next to it)
 
     def __post_init__(self) -> None:
         g = np.asarray(self.g, dtype=float)
@@ -65,7 +65,7 @@ class Spectrum:
             raise DataError(f"exponent must be finite and ≥ 0, got {exponent!r}")
         if not np.isfinite(offset) or offset <= 0:
             raise DataError(f"offset must be > 0 (so that (i + offset) > 0 for i = 0), got {offset!r}")
-        desc = f"power law (i + {offset})^(-{exponent}), d = {dim}" + (", normalised to Σg = 1" if normalize else "")
+        desc = f"power law g_i ∝ (i + {offset:g})^(-{exponent:g})" + (", normalised to Σg = 1" if normalize else "")
         if dim > EXACT_MAX_DIM:  # the exact form costs seconds beyond this; floats only
             g = (np.arange(dim) + float(offset)) ** (-float(exponent))
             return cls(g / g.sum() if normalize else g, None, description=desc)
@@ -109,7 +109,7 @@ class Spectrum:
                             f"({vals[i + 1]!r}) > entry {i} ({vals[i]!r}); sort them and number the target's "
                             "coordinates to match, or give covariance = the diagonal matrix to keep this order")
         all_exact = all(v.is_Rational for v in exact)
-        return cls(floats, tuple(exact) if all_exact else None, description=f"explicit eigenvalues, d = {len(vals)}")
+        return cls(floats, tuple(exact) if all_exact else None, description="explicit eigenvalues")
 
     @classmethod
     def from_covariance(cls, cov: Any, atol: float = 1e-10) -> "Spectrum":
@@ -137,7 +137,7 @@ class Spectrum:
             raise DataError(f"covariance is not positive definite (smallest eigenvalue {np.min(w):.3g}); "
                             "every direction needs positive variance")
         order = np.argsort(-w, kind="stable")
-        return cls(w[order], None, rotation=v[:, order], description=f"full covariance, d = {c.shape[0]}")
+        return cls(w[order], None, rotation=v[:, order], description="full covariance, diagonalised")
 
     # numerics ---------------------------------------------------------------------------------------------------
     def sample_z(self, n: int, seed: int | np.random.Generator | None = 0) -> np.ndarray:
