@@ -326,8 +326,8 @@ class Config:
                 spec = Spectrum.from_eigenvalues(d.eigenvalues)
             else:
                 return Spectrum.power_law(d.dim, d.exponent, d.offset)
-        except DataError as exc:
-            raise ConfigError(f"[data] {key}: {exc}") from None
+        except DataError as exc:  # its message starts with the key's name ("covariance is not symmetric: …")
+            raise ConfigError(f"[data] {exc}" if str(exc).startswith(key) else f"[data] {key}: {exc}") from None
         if spec.dim != d.dim:
             size = f"{spec.dim} entries" if key == "eigenvalues" else f"size {spec.dim} × {spec.dim}"
             raise ConfigError(f"[data] {key} has {size} but dim = {d.dim}; make them agree (set dim = {spec.dim})")

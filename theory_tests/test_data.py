@@ -202,11 +202,12 @@ def test_bad_power_law_names_the_value(kwargs: dict, message: str) -> None:
 @pytest.mark.parametrize("data, message", [
     ({"dim": 3, "covariance": [[1.0, 0.0], [0.0, 1.0]]}, "[data] covariance has size 2 × 2 but dim = 3"),
     ({"dim": 2, "eigenvalues": [0.5, 0.3, 0.2]}, "[data] eigenvalues has 3 entries but dim = 2"),
-    ({"dim": 2, "covariance": [[1.0, 0.0], [0.0]]}, "[data] covariance: covariance must be a square matrix"),
-    ({"dim": 2, "covariance": [[1.0, 2.0], [2.0, 1.0]]}, "[data] covariance: covariance is not positive definite"),
-    ({"dim": 2, "covariance": [[1.0, 0.5], [0.4, 1.0]]}, "[data] covariance: covariance is not symmetric"),
-    ({"dim": 2, "eigenvalues": [0.1, 0.9]}, "[data] eigenvalues: eigenvalues must be in descending order"),
-    ({"dim": 2, "eigenvalues": [0.9, -0.1]}, "bad entries (index, value): [(1, -0.1)]"),
+    ({"dim": 2, "covariance": [[1.0, 0.0], [0.0]]}, "[data] covariance must be a square matrix"),
+    ({"dim": 2, "covariance": [[1.0, 2.0], [2.0, 1.0]]}, "[data] covariance is not positive definite"),
+    ({"dim": 2, "covariance": [[1.0, 0.5], [0.4, 1.0]]}, "[data] covariance is not symmetric"),
+    ({"dim": 2, "eigenvalues": [0.1, 0.9]}, "[data] eigenvalues must be in descending order"),
+    ({"dim": 2, "eigenvalues": [0.9, -0.1]}, "[data] eigenvalues must be finite numbers > 0; bad entries (index, "
+                                             "value): [(1, -0.1)]"),
 ])
 def test_config_data_errors_at_load_name_the_key(data: dict, message: str) -> None:
     """Refused when the config is read (one line naming the key), not when a command first builds the spectrum."""
