@@ -63,20 +63,33 @@ def test_decompose_json_against_hand_derivation(capsys):
     assert idx["h2(z0)"] == {"0": 2} and idx["z0*z1*z2"] == {"0": 1, "1": 1, "2": 1} and idx["1"] == {}
 
 
-def test_decompose_normalized_has_unit_variance_and_separate_constant(capsys):
+def test_decompose_normalized_against_hand_variance(capsys):
+    """x0² + staircase(3) has variance Var(g0 z0²) + Var(staircase) = 2 g0² + 1 (the cross terms are odd in z0), so
+    the normalised coefficients are the raw ones over sqrt(1 + 2 g0²), and the constant g0 is reported apart."""
     out = run_json(capsys, "decompose", "x0^2 + staircase(3)", "--dim", "8", "--json")
-    coeffs = [m["coefficient"] for m in out["modes"]]
-    assert "1" not in [m["mode"] for m in out["modes"]]
-    assert sum(c * c for c in coeffs) == pytest.approx(1, abs=1e-14)
-    assert out["constant"] > 0
+    g = np.array([(i + 3.0) ** -1.5 for i in range(8)])
+    g0 = g[0] / g.sum()
+    sd = math.sqrt(1 + 2 * g0**2)
+    expect = {"z0": 1 / math.sqrt(3) / sd, "h2(z0)": math.sqrt(2) * g0 / sd, "z0*z1": 1 / math.sqrt(3) / sd,
+              "z0*z1*z2": 1 / math.sqrt(3) / sd}
+    got = {m["mode"]: m["coefficient"] for m in out["modes"]}
+    assert set(got) == set(expect) and all(got[k] == pytest.approx(v, rel=1e-13) for k, v in expect.items())
+    assert out["constant"] == pytest.approx(g0, rel=1e-13)
+
+
+def test_decompose_at_large_dimension(capsys):
+    """d = 100 000 (once a recursion-depth crash after 29 s): one mode, named with its 0-based dimensions."""
+    out = run_json(capsys, "decompose", "z0*z99999", "--dim", "100000", "--json")
+    assert [(m["mode"], m["index"], m["coefficient"]) for m in out["modes"]] == [("z0*z99999", {"0": 1, "99999": 1},
+                                                                                  1.0)]
 
 
 @pytest.mark.parametrize("argv, needle", [
     (["hermite", "relux", "--max-degree", "3"], "known: abs"),
-    (["hermite", "relu", "--max-degree", "-1"], "--max-degree"),
     (["decompose", "z0*z8", "--dim", "8"], "z8"),
     (["decompose", "z0 + foo", "--dim", "8"], "foo"),
-    (["decompose", "z0", "--dim", "4", "--offset", "-5"], "offset"),
+    (["decompose", "z0", "--dim", "4", "--exponent", "-1"], "exponent"),
+    (["decompose", "z0", "--dim", "100000000"], "dim must be an integer in [1, 1e+07]"),
 ])
 def test_cli_bad_input_one_line_error(capsys, argv, needle):
     assert main(argv) == 2
@@ -84,17 +97,84 @@ def test_cli_bad_input_one_line_error(capsys, argv, needle):
     assert err.startswith("featureode: error:") and needle in err and err.count("\n") == 1
 
 
-def test_config_unknown_key_suggests_closest():
-    with pytest.raises(ConfigError, match="did you mean 'richness'"):
-        config_from_dict({"target": {"expr": "z0"}, "network": {"richnes": 0.1}})
-    with pytest.raises(ConfigError, match=r"\[target\] expr"):
-        config_from_dict({"network": {"richness": 0.1}})
-    with pytest.raises(ConfigError, match="unknown config table"):
-        config_from_dict({"target": {"expr": "z0"}, "netwrk": {}})
-    with pytest.raises(ConfigError, match="must be a number"):
-        config_from_dict({"target": {"expr": "z0"}, "network": {"richness": "high"}})
-    with pytest.raises(ConfigError, match=r"\[training\] n_test must be ≥ 1, got 0"):
-        config_from_dict({"target": {"expr": "z0"}, "training": {"n_test": 0}})
+@pytest.mark.parametrize("argv, needle", [
+    (["hermite", "relu", "--max-degree", "-1"], "argument --max-degree: must be an integer ≥ 0, got -1"),
+    (["hermite", "relu", "--max-degree", "2.5"], "argument --max-degree: must be an integer ≥ 0, got '2.5'"),
+    (["hermite", "relu", "--max-degree", "3", "--bias", "nan"], "argument --bias: must be a finite number, got nan"),
+    (["hermite", "relu", "--max-degree", "3", "--scale", "0"], "argument --scale: must be a finite number > 0"),
+    (["hermite", "relu", "--max-degree", "3", "--scale", "-inf"], "argument --scale"),
+    (["decompose", "z0", "--dim", "0"], "argument --dim: must be an integer ≥ 1, got 0"),
+    (["decompose", "z0", "--dim", "4", "--offset", "-5"], "argument --offset: must be a finite number > 0"),
+    (["decompose", "z0", "--dim", "4", "--exponent", "inf"], "argument --exponent: must be a finite number"),
+])
+def test_cli_bad_arguments_are_refused_by_the_parser(capsys, argv, needle):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_config_file_errors_are_one_line(capsys, tmp_path):
+    """A bad key in a file (the user's value named), a missing file and a folder given as the config."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[target]\nexpr = "z0"\n[training]\nt_max = inf\n')
+    cases = [(str(bad), "[training] t_max is inf"), (str(tmp_path / "nope.toml"), "does not exist"),
+             (str(tmp_path), "is a folder")]
+    for path, needle in cases:
+        assert main(["kernel", path]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("featureode: error:") and needle in err and err.count("\n") == 1, err
+
+
+def test_user_errors_are_one_line_and_others_are_tracebacks(capsys, monkeypatch):
+    """Every class of USER_ERRORS (resolved after importing its module: a rename fails here) becomes one line with
+    exit status 2, even when its message has several lines; an interrupt exits 130 with its message; anything else
+    is a bug and propagates, as do user errors with --traceback."""
+    import importlib
+
+    import featureode.cli as cli
+
+    for module, name in cli.USER_ERRORS:
+        cls = getattr(importlib.import_module(module), name)
+
+        def boom(args, cls=cls):
+            raise cls("first part\n  second part")
+
+        monkeypatch.setattr(cli, "cmd_decompose", boom)
+        assert cli.main(["decompose", "z0", "--dim", "2"]) == 2, name
+        assert capsys.readouterr().err == "featureode: error: first part second part\n", name
+        with pytest.raises(cls):
+            cli.main(["--traceback", "decompose", "z0", "--dim", "2"])
+
+    def interrupted(args):
+        raise KeyboardInterrupt("checkpoint saved to out/checkpoint.pt; rerun with --resume")
+
+    monkeypatch.setattr(cli, "cmd_decompose", interrupted)
+    assert cli.main(["decompose", "z0", "--dim", "2"]) == 130
+    assert capsys.readouterr().err == ("featureode: interrupted: checkpoint saved to out/checkpoint.pt; rerun with "
+                                       "--resume\n")
+
+    def bug(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_decompose", bug)
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["decompose", "z0", "--dim", "2"])
+
+
+def test_every_argument_has_help(capsys):
+    import argparse
+
+    from featureode.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [(name, a.dest) for name, p in [("featureode", parser)] + list(sub.choices.items())
+               for a in p._actions if not a.help]
+    assert missing == []
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "examples:" in text and "featureode compare" in text and "``" not in text and "DESIGN §6" not in text
 
 
 def test_validate_names_its_suites(capsys):
@@ -104,9 +184,11 @@ def test_validate_names_its_suites(capsys):
 
 
 def test_default_config_loads():
+    """The built-in default: staircase(2) at d = 16 on the DESIGN §1 power law (offset 3, exponent 1.5)."""
     cfg = load_config()
-    assert cfg.target.expr and cfg.spectrum().dim == cfg.data.dim
-    assert abs(cfg.spectrum().g.sum() - 1) < 1e-14
+    raw = np.arange(3, 19, dtype=float) ** -1.5
+    np.testing.assert_allclose(cfg.spectrum().g, raw / raw.sum(), rtol=1e-13)
+    assert cfg.target.expr == "staircase(2)" and cfg.training.threads == 1
 
 
 def test_kernel_json_contract(capsys, tmp_path):
