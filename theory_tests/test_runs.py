@@ -2,6 +2,7 @@
 removing stale results, unwritable folders and damaged result files as one-line errors."""
 from __future__ import annotations
 
+import copy
 import json
 import multiprocessing
 import os
@@ -13,6 +14,7 @@ import pytest
 from featureode import runs
 from featureode.cli import main
 from featureode.config import ConfigError, MLP_SECTIONS, load_config
+from featureode.data import DataError
 from featureode.trajectory import Trajectory, TrajectoryFileError, write_npz
 from featureode.variants import VariantError
 
@@ -32,8 +34,11 @@ def _touch(folder, *names: str) -> None:
 def test_stamp_only_after_the_config_is_valid(tmp_path):
     good = load_config()
     out = tmp_path / "out"
-    for bad, error in ((good.replace(data={"eigenvalues": [0.5, 0.3, 0.2]}), ConfigError),  # 3 values, dim 16
-                       (good.replace(ode={"variants": ["lazy", "nope"]}), VariantError)):
+    # configs that bypassed load-time validation (built and then mutated): prepare must check them again
+    bad_data, bad_variants = copy.deepcopy(good), copy.deepcopy(good)
+    bad_data.data.eigenvalues = [0.5, 0.3, 0.2]  # 3 values, dim 16
+    bad_variants.ode.variants = ["lazy", "nope"]
+    for bad, error in ((bad_data, (ConfigError, DataError)), (bad_variants, (ConfigError, VariantError))):
         with pytest.raises(error):
             runs.prepare(out, bad)
         assert not out.exists()  # nothing created, nothing stamped
