@@ -143,13 +143,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``featureode simulate``: train the reference MLP; writes ``DIR/mlp.json``."""
-    from .mlp import SimulationInterrupted, simulate_config
+    from .mlp import simulate_config
 
-    try:
-        res = simulate_config(_config_for_out(args), args.out, resume=args.resume, progress=not args.quiet)
-    except SimulationInterrupted as exc:  # say where the checkpoint is and how to continue
-        print(f"featureode: {exc}", file=sys.stderr)
-        return 130
+    res = simulate_config(_config_for_out(args), args.out, resume=args.resume, progress=not args.quiet)
     print(f"MLP: t50 = {_fmt(res.t50)}   t10 = {_fmt(res.t10)}")
     print(f"wrote {Path(args.out) / 'mlp.json'}")
     return 0

@@ -735,15 +735,17 @@ class Simulation:
                       "eta_safety, at the cost of accuracy).")
 
     def _interrupted(self, saved: bool) -> SimulationInterrupted:
-        """The exception for Ctrl-C: where the checkpoint is (``saved``: written just now) and how to go on."""
-        where = f"interrupted at step {self.step_count}"
+        """The exception for Ctrl-C: where the checkpoint is (``saved``: written just now) and how to go on (the
+        CLI prints it as ``featureode: interrupted: …``)."""
+        where = f"at step {self.step_count}"
+        again = "rerun with --resume (compare and validate resume by themselves)"
         if self.checkpoint.path is None:
             return SimulationInterrupted(f"{where}; no output folder, nothing saved")
         if saved:
-            return SimulationInterrupted(f"{where}; checkpoint saved at {self.checkpoint.path}; rerun with --resume")
+            return SimulationInterrupted(f"{where}; checkpoint saved at {self.checkpoint.path}; {again}")
         if self.checkpoint.exists():
-            return SimulationInterrupted(f"{where} (second Ctrl-C, no new checkpoint); the last checkpoint is kept at "
-                                         f"{self.checkpoint.path}; rerun with --resume")
+            return SimulationInterrupted(f"{where} (second Ctrl-C: no new checkpoint); the last checkpoint is kept at "
+                                         f"{self.checkpoint.path}; {again}")
         return SimulationInterrupted(f"{where} (second Ctrl-C) before any checkpoint; nothing saved")
 
     def run(self) -> None:

@@ -132,8 +132,8 @@ def _interrupt_and_resume(reference, tmp_path, t_max: float, sig: int, kills: in
         else:  # Ctrl-C during training: one line that says where the checkpoint is and how to go on
             assert proc.returncode == 130, err
             line = err.strip().splitlines()[-1]
-            assert line.startswith("featureode: interrupted at step") and "checkpoint saved at" in line, err
-            assert line.endswith("rerun with --resume"), err
+            assert line.startswith("featureode: interrupted: at step") and "checkpoint saved at" in line, err
+            assert "rerun with --resume" in line, err
             answered += 1
         _check_files(out)
     proc = _simulate(cfg, out, resume=True)
