@@ -21,8 +21,8 @@ All quantities are estimated on a fixed, seeded test set ``{x_p}``, ``p = 1…n`
   ``σσ'``), ``weights`` (``∂/∂w``: ``a² σ'σ' x·x'``) and ``bias`` (``∂/∂b``: ``a² σ'σ'``); they sum to ``λ_β``;
 * the eNTK Gram ``K_{αβ} = E[h_α Θ h_β]`` on the measured modes, the same U-statistic with ``g_p^α·g_q^β``
   (its diagonal is ``λ``);
-* standard errors of ``λ_β`` and of each part: the delete-a-group jackknife over :data:`JACKKNIFE_GROUPS` groups of
-  test chunks, ``se² = (G−1)/G Σ_j (λ̂_(−j) − mean_j λ̂_(−j))²`` with ``λ̂_(−j)`` the U-statistic without group
+* standard errors of ``λ_β`` and of each part: the delete-a-group jackknife over up to :data:`JACKKNIFE_GROUPS`
+  groups of test chunks (:func:`jackknife_groups`), ``se² = (G−1)/G Σ_j (λ̂_(−j) − mean_j λ̂_(−j))²`` with ``λ̂_(−j)`` the U-statistic without group
   ``j`` (test-set noise only, at the current parameters).
 
 With the output scale ``c`` (``1/(γN)`` for meanfield) the parameter gradients are ``∂f/∂a_k = c σ(u_k)``,
@@ -91,7 +91,15 @@ def make_test_set(spectrum: Spectrum, target: Target, modes: Sequence[Mode], n: 
                    n, size)
 
 
-JACKKNIFE_GROUPS = 16  # groups of test chunks for the standard errors of λ and its parts
+JACKKNIFE_GROUPS = 16        # groups of test chunks for the standard errors of λ and its parts
+JACKKNIFE_MEMORY = 2**28     # bytes the float64 group sums may take; fewer groups (at least 2) beyond that
+
+
+def jackknife_groups(n_chunks: int, modes: int, width: int, dim: int) -> int:
+    """Jackknife groups for a test set of ``n_chunks`` chunks: :data:`JACKKNIFE_GROUPS`, fewer when there are fewer
+    chunks or when the group sums (``8 · M · N · (d + 2)`` bytes each) would exceed :data:`JACKKNIFE_MEMORY`."""
+    fit = JACKKNIFE_MEMORY // (8 * modes * width * (dim + 2))
+    return max(1, min(JACKKNIFE_GROUPS, n_chunks, max(2, fit)))
 PARTS = ("readout", "weights", "bias")
 
 

@@ -72,7 +72,7 @@ from .config import MLP_SECTIONS, Config
 from .data import Spectrum
 from .hermite import Mode
 from .measure import (JACKKNIFE_GROUPS, PARTS, ChunkSums, GroupSums, Measurement, TestSet, finish_measurement,
-                      make_test_set, ntk_factor)
+                      jackknife_groups, make_test_set, ntk_factor)
 from .metrics import crossing_time, in_support_loss
 from .parametrization import Parametrization, get_parametrization
 from .schedule import DivergenceMonitor, Schedule, Step, measurement_times, refresh_due
@@ -212,7 +212,7 @@ def estimate_memory(specs: Sequence[RunSpec], device: torch.device, batched: boo
             "step": 7.0 * chunk_runs * chunk * n * item + chunk_runs * n * d * item,
             "test sets": runs * n_test * (d + modes + 3) * item + n_test * (d + modes) * 8.0 * 2,
             "measurement": (6.0 * m_chunk * n + 3 * modes * n * d) * item
-                           + (JACKKNIFE_GROUPS + 2) * modes * n * (d + 2) * 8.0,
+                           + (jackknife_groups(JACKKNIFE_GROUPS, modes, n, d) + 2) * modes * n * (d + 2) * 8.0,
             "NTK probe": 3.0 * probe * n * (d + 2) * item + probe * probe * 8.0}
 
 
@@ -419,7 +419,7 @@ class MeanFieldBatch:
         kappa_t = self.kappa_t[run]
         total: ChunkSums | None = None
         n_chunks = math.ceil(test.x.shape[0] / test.chunk)
-        n_groups = min(JACKKNIFE_GROUPS, n_chunks)
+        n_groups = jackknife_groups(n_chunks, test.h.shape[1], self.width, self.dim)
         groups: list[GroupSums | None] = [None] * n_groups
         with torch.no_grad():
             for c, (x, y, h, x_sq, weight) in enumerate(test.chunks()):
@@ -557,8 +557,8 @@ class Recorder:
         arrays.update({k: np.asarray(col[k], float) for k in self.COLUMNS if k.startswith("lambda_parts")})
         meta = {**meta, "joint_directions": [f"z{i}" for i in spec.support],
                 "lambda_parts_estimator": "U-statistic per parameter group (readout ∂/∂a, weights ∂/∂w, bias ∂/∂b); "
-                                          f"stderr: delete-a-group jackknife over {JACKKNIFE_GROUPS} groups of test "
-                                          "samples (test-set noise at fixed parameters)"}
+                                          f"stderr: delete-a-group jackknife over up to {JACKKNIFE_GROUPS} groups "
+                                          "of test chunks (test-set noise at fixed parameters)"}
         return Trajectory("mlp", "mlp", tuple(str(m) for m in spec.modes), spec.v.copy(), t, loss, f=f,
                           lam=np.asarray(col["lambda"], float), r=np.asarray(col["r"], float),
                           in_support_loss=in_support_loss(f, spec.v), f_stderr=np.asarray(col["f_stderr"], float),

@@ -538,3 +538,12 @@ def test_damaged_checkpoint_is_one_clear_error(tmp_path, capsys):
     assert main(["simulate", str(toml), "--out", str(out), "--resume", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("featureode: error: ") and "is damaged" in err[0]
+
+
+def test_jackknife_groups_respect_chunks_and_memory():
+    from featureode.measure import JACKKNIFE_GROUPS, JACKKNIFE_MEMORY, jackknife_groups
+
+    assert jackknife_groups(79, 2, 1024, 16) == JACKKNIFE_GROUPS
+    assert jackknife_groups(3, 2, 1024, 16) == 3 and jackknife_groups(1, 2, 1024, 16) == 1
+    g = jackknife_groups(79, 40, 4096, 64)  # extended basis at N = 4096, d = 64: 85 MB per group
+    assert 2 <= g < JACKKNIFE_GROUPS and g * 8 * 40 * 4096 * 66 <= max(JACKKNIFE_MEMORY, 2 * 8 * 40 * 4096 * 66)
