@@ -107,6 +107,14 @@ class Activation:
             self._cache[key] = S**n * m / sp.sqrt(sp.factorial(n))  # m_n is simplified; powers of s combine
         return self._cache[key]
 
+    def vanishes_at_zero_bias(self, k: int) -> bool:
+        """``m_k(0, s) ≡ 0`` exactly (from the closed form; ``False`` without one)."""
+        key = ("vanish", k)
+        if key not in self._cache:
+            ex = self.mean_expr(k)
+            self._cache[key] = ex is not None and sp.simplify(ex.subs(B, 0)) == 0
+        return self._cache[key]
+
     def derivative_expr(self, k: int) -> sp.Expr:
         """``σ^{(k)}(u)`` (classical derivative; Heaviside/Dirac terms for non-smooth activations)."""
         key = ("deriv", k)
