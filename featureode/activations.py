@@ -439,13 +439,23 @@ def _excluded_points(domain: sp.Set) -> "list[sp.Expr] | None":
     return sorted(set(points), key=lambda p: abs(float(p)))[:41]
 
 
+def _domain_form(expr: sp.Expr) -> sp.Expr:
+    """An expression with the same real domain and the same unbounded points, in functions SymPy's
+    ``continuous_domain`` knows: bounded entire or piecewise-continuous wrappers (erf, sign, Heaviside, floor, …)
+    become ``tanh`` of (or just) their argument; a ``Piecewise`` becomes the sum of its pieces (conservative)."""
+    smooth = (sp.erf, sp.erfc, sp.sign, sp.Heaviside, sp.atan)
+    out = expr.replace(lambda e: isinstance(e, smooth), lambda e: sp.tanh(e.args[0]))
+    out = out.replace(lambda e: isinstance(e, (sp.floor, sp.ceiling)), lambda e: e.args[0])
+    return out.replace(lambda e: isinstance(e, sp.Piecewise), lambda e: sp.Add(*[p for p, _ in e.args]))
+
+
 def _symbolic_check(expr: sp.Expr, name: str) -> None:
     """SymPy: where σ is continuous and real (isolated exclusions must have finite one-sided limits). Raises
     :class:`ActivationError`; says nothing when SymPy cannot decide (the numeric check then has the last word)."""
     from sympy.calculus.util import continuous_domain
 
     try:
-        domain = continuous_domain(expr, U, sp.S.Reals)
+        domain = continuous_domain(_domain_form(expr), U, sp.S.Reals)
     except (NotImplementedError, TypeError, ValueError):
         domain = None
     if domain is not None:

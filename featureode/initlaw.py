@@ -127,6 +127,7 @@ class QLaw:
         self._recip: dict[int, list[np.ndarray]] = {}
         self._psum = [float(np.sum(self.g**n)) for n in range(5)]
         self._rows: dict[float, int] = {}
+        self._last_product: tuple | None = None
         self._measures: dict[tuple[Gamma, bool], Measure] = {}
 
     @property
@@ -139,12 +140,11 @@ class QLaw:
 
     def _power(self, i: int, n: int) -> np.ndarray:
         """``(1 + 2 z g_i)^{−n}`` on the contour (powers cached per direction)."""
-        pw = self._recip.setdefault(i, [np.ones(1)])
+        pw = self._recip.get(i)
+        if pw is None:
+            pw = self._recip[i] = [None, 1 / (1 + 2 * self.g[i] * self.z)]
         while len(pw) <= n:
-            if len(pw) == 1:
-                pw.append(1 / (1 + 2 * self.g[i] * self.z))
-            else:
-                pw.append(pw[-1] * pw[1])
+            pw.append(pw[-1] * pw[1])
         return pw[n]
 
     def sums(self, gamma: Gamma, n: int) -> float:
@@ -176,6 +176,18 @@ class QLaw:
         self._rows[power] = int(np.argmax(bound >= self.ROW_FLOOR * top)) if top > 0 else 0
         return self._rows[power]
 
+    def _product(self, gamma: Gamma, lo: int, hi: int) -> np.ndarray:
+        """``base · Π_i (1 + 2 z g_i)^{−γ_i}`` on rows ``lo:hi`` (the last product is kept: the weighted and
+        unweighted measures of one ``γ`` are asked for together)."""
+        last = self._last_product
+        if last is not None and last[0] == gamma and last[1] <= lo and hi <= last[2]:
+            return last[3][lo - last[1]: hi - last[1]]
+        terms = self.base[lo:hi]
+        for i, n in gamma:
+            terms = terms * self._power(i, n)[lo:hi]
+        self._last_product = (gamma, lo, hi, terms)
+        return terms
+
     def measure(self, gamma: Gamma, weighted: bool, singular: int = 0) -> Measure:
         """The discretised ``ν(dQ) = E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]`` (density method, else Gauss rule), for integrands
         bounded by ``Q^{−singular/2}`` as ``Q → 0``."""
@@ -195,9 +207,7 @@ class QLaw:
         lo = self._first_row(sum(n for _, n in gamma) + weighted - singular / 2)
         hi = int(np.searchsorted(self.Q, cut, side="right"))
         rows = slice(lo, max(lo, hi))
-        terms = self.base[rows]
-        for i, n in gamma:
-            terms = terms * self._power(i, n)[rows]
+        terms = self._product(gamma, lo, max(lo, hi))
         if weighted:
             extra = self.p_base[rows]
             for i, n in gamma:
@@ -209,7 +219,8 @@ class QLaw:
         dens = np.where(np.isfinite(dens), dens, 0.0)
         Q = self.Q[rows]
         wd = self.wq[rows] * dens
-        moments = [float(np.sum(wd)), float(np.sum(wd * Q)), float(np.sum(wd * Q**2))]
+        wdq = wd @ Q
+        moments = [float(np.sum(wd)), float(wdq), float((wd * Q) @ Q)]
         exact = [1.0, mean, var + mean**2]
         if all(abs(a - b) <= self.CHECK * b for a, b in zip(moments, exact)):
             nz = np.nonzero(dens)[0]

@@ -92,4 +92,4 @@ class Network:
     def key(self) -> tuple:
         """What the init kernel depends on (two networks with equal keys have equal kernels)."""
         return (self.activation.name, str(self.activation.expr), self.g_key, self.bias_std,
-                self.parametrization.name, self.step)
+                self.parametrization.name, self.readout_variance, self.step)
