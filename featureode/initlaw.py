@@ -128,7 +128,7 @@ class QLaw:
         self._psum = [float(np.sum(self.g**n)) for n in range(5)]
         self._rows: dict[float, int] = {}
         self._last_product: tuple | None = None
-        self._measures: dict[tuple[Gamma, bool], Measure] = {}
+        self._measures: dict[tuple[Gamma, bool], tuple[int, Measure]] = {}
 
     @property
     def dim(self) -> int:
@@ -191,9 +191,11 @@ class QLaw:
     def measure(self, gamma: Gamma, weighted: bool, singular: int = 0) -> Measure:
         """The discretised ``ν(dQ) = E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]`` (density method, else Gauss rule), for integrands
         bounded by ``Q^{−singular/2}`` as ``Q → 0``."""
-        key = (gamma, weighted, singular)
-        if key in self._measures:
-            return self._measures[key]
+        key = (gamma, weighted)
+        lo = self._first_row(sum(n for _, n in gamma) + weighted - singular / 2)
+        have = self._measures.get(key)
+        if have is not None and have[0] <= lo:   # computed on at least these rows
+            return have[1]
         g = self.g
         mass = math.prod(_double_factorial(2 * n - 1) * g[i] ** n for i, n in gamma)
         mean, var = self.sums(gamma, 1), 2 * self.sums(gamma, 2)
@@ -204,7 +206,6 @@ class QLaw:
             r3, r4 = self.sums(gamma, 3) / norm, self.sums(gamma, 4) / norm
             mean, var = mean + 2 * r3, var + 8 * r4 - 4 * r3**2
         cut = mean + 12 * math.sqrt(var) + 80 * float(g.max())
-        lo = self._first_row(sum(n for _, n in gamma) + weighted - singular / 2)
         hi = int(np.searchsorted(self.Q, cut, side="right"))
         rows = slice(lo, max(lo, hi))
         terms = self._product(gamma, lo, max(lo, hi))
@@ -228,7 +229,7 @@ class QLaw:
         else:
             nodes, weights = gauss_rule(tuple(g), gamma, weighted, self.N_GAUSS)
             out = Measure(mass, nodes, weights, None)
-        self._measures[key] = out
+        self._measures[key] = (lo, out)
         return out
 
 

@@ -311,7 +311,10 @@ class QuadratureAverager:
         return val
 
     def value(self, terms: Sequence[Term]) -> dict[str, float]:
-        """``Σ coefficient · integral`` per part."""
+        """``Σ coefficient · integral`` per part (the most singular integrands first, so that each measure is
+        discretised once, on the most rows any of them needs)."""
+        for t in sorted(terms, key=lambda t: -(t.j + t.k)):
+            self.integral(t.gamma, t.weighted, t.j, t.k)
         out: dict[str, float] = {}
         for t in terms:
             out[t.part] = out.get(t.part, 0.0) + t.coefficient * self.integral(t.gamma, t.weighted, t.j, t.k)
