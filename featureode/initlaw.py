@@ -202,7 +202,8 @@ class QLaw:
         if weighted:
             norm = self.sums(gamma, 2)
             mass *= norm
-            # the factor P adds the cumulants of Σ_n (2t)^n s_{n+2}/s_2:  κ_1 += 2 s_3/s_2, κ_2 += 8 s_4/s_2 − 4 (s_3/s_2)²
+            # the factor P adds the cumulants of Σ_n (2t)^n s_{n+2}/s_2:
+            # κ_1 += 2 s_3/s_2, κ_2 += 8 s_4/s_2 − 4 (s_3/s_2)²
             r3, r4 = self.sums(gamma, 3) / norm, self.sums(gamma, 4) / norm
             mean, var = mean + 2 * r3, var + 8 * r4 - 4 * r3**2
         cut = mean + 12 * math.sqrt(var) + 80 * float(g.max())
