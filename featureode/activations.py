@@ -26,7 +26,7 @@ import sympy as sp
 
 from .hermite import check_order
 from .mean_series import point_means
-from .quadrature import composite_mean, hermite_quad
+from .quadrature import composite_mean, hermite_quad, hermite_quad_all
 
 U = sp.Symbol("u", real=True)
 B = sp.Symbol("b", real=True)
@@ -190,6 +190,18 @@ class Activation:
             return Coefficient(float(val), val)
         val, err = self._hermite_quad(n, b, s)
         return Coefficient(float(val), None, float(err))
+
+    def hermite_all(self, n_max: int, b: float = 0.0, s: float = 1.0) -> list[Coefficient]:
+        """``[μ_0 … μ_{n_max}]`` at ``(b, s)``: exact (Taylor recurrences) or one quadrature pass for all degrees
+        (:func:`featureode.quadrature.hermite_quad_all`), much cheaper than ``n_max`` separate quadratures."""
+        n_max = check_order(n_max, "degree", ActivationError)
+        b, s = float(b), float(s)
+        self._check_scale(0, b, s)
+        if self.mean0 is not None or s == 0:
+            return [self.hermite(n, b, s) for n in range(n_max + 1)]
+        vals = hermite_quad_all(self.mpmath_function, [float(c) for c in self.kinks], n_max, b, s,
+                                self.precision, self.name, ActivationError)
+        return [Coefficient(float(v), None, float(e)) for v, e in vals]
 
     def hermite_mp(self, n: int, b: float = 0.0, s: float = 1.0) -> mpmath.mpf:
         """``μ_n`` at the activation's working precision (exact forms evaluated, else quadrature)."""

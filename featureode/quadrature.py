@@ -2,6 +2,7 @@
 
 * :func:`hermite_quad`: ``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)]`` by mpmath tanh-sinh quadrature at a stated precision,
   split at ``ξ = 0`` and at the kinks of σ; refuses (``ActivationError``) when the error estimate misses it.
+* :func:`hermite_quad_all`: ``μ_0 … μ_N`` in one composite Gauss–Legendre pass (the CLI's many-degree path).
 * :func:`composite_mean`: vectorised ``(b, s) ↦ m_k(b, s)`` over NumPy arrays by composite Gauss–Legendre
   quadrature of ``σ^{(j)}(b + s ξ) He_{k−j}(ξ) φ(ξ) / s^{k−j}`` (integration by parts).
 
@@ -16,7 +17,7 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-__all__ = ["hermite_quad", "composite_mean", "XI_MAX", "PANELS"]
+__all__ = ["hermite_quad", "hermite_quad_all", "composite_mean", "XI_MAX", "PANELS"]
 
 XI_MAX = 12.0  # quadrature window |ξ| ≤ 12 of composite_mean (the Gaussian mass beyond is below 1e-31)
 PANELS = 24  # panels over the window at s ≤ 1 (width 1 in ξ)
@@ -85,3 +86,57 @@ def composite_mean(dj: Callable[[np.ndarray], Any], p: int, kinks: np.ndarray, q
         return out.reshape(shape)
 
     return fn
+
+
+def hermite_quad_all(f: Callable[[mpmath.mpf], mpmath.mpf], kinks: Sequence[float], n_max: int, b: float,
+                     s: float, precision: int, name: str, error: type[Exception]
+                     ) -> list[tuple[mpmath.mpf, mpmath.mpf]]:
+    """``[(μ_n, error estimate) for n = 0 … n_max]`` from one pass over the nodes (``h_n`` by the three-term
+    recurrence at every node), for many degrees at once.
+
+    Composite Gauss–Legendre (24 nodes per panel) on ``|ξ| ≤ L``, ``L`` such that ``φ(L) L^N/sqrt(N!)`` is below
+    ``10^−(precision+10)``, split at ``ξ = 0`` and at the kinks of σ, panels of width at most ``1/(2 max(s, 1))``
+    (the features of σ) and ``4/sqrt(N+1)`` (the oscillation of ``h_N``); the error estimate of each coefficient is
+    its change when the panels are halved, and ``error`` is raised, naming the first degree, where it exceeds
+    ``10^−precision`` relative."""
+    from mpmath.calculus.quadrature import GaussLegendre
+
+    with mpmath.workdps(precision + 15):
+        b, s = mpmath.mpf(b), mpmath.mpf(s)
+        logfact = float(mpmath.log10(mpmath.factorial(n_max))) / 2
+        L = mpmath.mpf(8)
+        while float(mpmath.log10(mpmath.npdf(L))) + n_max * float(mpmath.log10(L)) - logfact > -(precision + 10):
+            L += mpmath.mpf(1) / 2
+        cuts = sorted({-L, L, mpmath.mpf(0)} | {(mpmath.mpf(c) - b) / s for c in kinks
+                                                if abs((mpmath.mpf(c) - b) / s) < L})
+        nodes = GaussLegendre(mpmath.mp).calc_nodes(4, mpmath.mp.prec)  # 24 nodes on [−1, 1]
+        sq = [mpmath.sqrt(n) for n in range(n_max + 2)]
+        width = min(1 / (2 * max(s, 1)), 4 / mpmath.sqrt(n_max + 1))
+
+        def run(w: mpmath.mpf) -> list[mpmath.mpf]:
+            out = [mpmath.mpf(0)] * (n_max + 1)
+            for lo, hi in zip(cuts[:-1], cuts[1:]):
+                panels = int(mpmath.ceil((hi - lo) / w))
+                h = (hi - lo) / panels
+                for p in range(panels):
+                    mid = lo + (p + mpmath.mpf(1) / 2) * h
+                    for x, wt in nodes:
+                        xi = mid + x * h / 2
+                        val = f(s * xi + b) * mpmath.npdf(xi) * wt * h / 2
+                        prev, cur = mpmath.mpf(0), mpmath.mpf(1)
+                        for n in range(n_max + 1):
+                            out[n] += val * cur
+                            prev, cur = cur, (xi * cur - sq[n] * prev) / sq[n + 1]
+            return out
+
+        coarse, fine = run(width), run(width / 2)
+        tol = mpmath.mpf(10) ** (-precision)
+        res = []
+        for n, (c, v) in enumerate(zip(coarse, fine)):
+            err = abs(v - c)
+            if err > tol * max(1, abs(v)):
+                raise error(f"activation {name!r}: μ_{n}(b={float(b)}, s={float(s)}) by quadrature has estimated "
+                            f"error {float(err):.2g}, above the requested precision 1e-{precision}; lower the "
+                            "degree or the precision")
+            res.append((+v, +err))
+        return res

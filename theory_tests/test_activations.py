@@ -488,3 +488,17 @@ def test_point_recurrence_equals_symbolic_differentiation(name: str) -> None:
     for k in range(7):
         want = act.mean_expr(k).subs({B: sp.Rational(-7, 10), S: sp.Rational(1, 2)})
         assert abs(sp.N(got[k] - want, 40)) < 1e-35, (name, k)
+
+
+@pytest.mark.parametrize("name", ["tanh", "silu", "abs"])
+def test_hermite_all_matches_oracle_and_single_quadrature(name: str) -> None:
+    """The one-pass many-degree path (composite Gauss–Legendre, h_n by recurrence) against the oracle at low
+    degree and against the per-coefficient tanh-sinh quadrature at degree 15 (tanh, silu; abs is exact)."""
+    b, s = 0.375, 1.25
+    act = ACTIVATIONS[name]
+    got = act.hermite_all(15, b, s)
+    ref = oracle_mu(name, b, s)
+    scale = max(abs(r) for r in ref)
+    for n in range(NMAX + 1):
+        assert_close(got[n].value, ref[n], scale, what=f"{name} μ_{n}")
+    assert got[15].value == pytest.approx(act.hermite(15, b, s).value, rel=1e-13, abs=1e-16)
