@@ -49,8 +49,8 @@ def _double_factorial(n: int) -> int:
 class QGrid:
     """``Q_j = exp(y_0 + j·step)`` (``np.arange`` from ``y_0``), ``j = 0 … n−1``; trapezoidal weights ``step·Q_j``.
 
-    ``y_0 = log(Q_MIN Σg)`` rounded to 1e-6 (a shift of a trapezoidal rule on an analytic integrand changes it by
-    far less than its 1e-12 error), so every normalised spectrum has the same grid start."""
+    ``y_0 = log(Q_MIN Σg)``, with ``Σg`` within 1e-12 of 1 taken as 1 (the float sum of a normalised spectrum), so
+    every normalised spectrum has the same grid and shares the activation's mean table."""
 
     y0: float
     step: float
@@ -62,7 +62,7 @@ class QGrid:
     @classmethod
     def for_spectrum(cls, g: np.ndarray, step: float) -> "QGrid":
         total, top = float(g.sum()), float(g.max())
-        y0 = round(math.log(cls.Q_MIN * total), 6)
+        y0 = math.log(cls.Q_MIN * (1.0 if abs(total - 1) <= 1e-12 else total))
         n = np.arange(y0, math.log(total + (cls.TAIL + 4 * MAX_ORDER) * top), step).size
         return cls(y0, float(step), int(n))
 
@@ -234,7 +234,7 @@ class QLaw:
         return out
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=8)   # a QLaw holds ~1–15 MB (contour arrays and per-direction powers)
 def q_law(g: "tuple[float, ...]", step: float = STEP) -> QLaw:
     """The shared :class:`QLaw` of a spectrum (configs that differ only in γ, target or activation share it)."""
     return QLaw(g, step)

@@ -273,7 +273,7 @@ class MeanTable:
         return np.where(np.isfinite(vals), vals, 0.0)
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=8)   # a table holds m_k on up to ~600 × 630 nodes per order k
 def _mean_table(act: Activation, rule: BiasRule, y0: float, step: float) -> MeanTable:
     return MeanTable(act, rule, y0, step)
 
@@ -364,7 +364,7 @@ class MonteCarloAverager:
 # shared state: one averager per network
 # ----------------------------------------------------------------------------------------------------------------
 _AVERAGERS: "OrderedDict[tuple, QuadratureAverager]" = OrderedDict()
-_AVERAGERS_MAX = 64
+_AVERAGERS_MAX = 16
 
 
 def quadrature(net: Network) -> QuadratureAverager:

@@ -79,12 +79,13 @@ class Network:
         """``E[a_k²]`` at initialisation (from the parametrization)."""
         return float(self.parametrization.readout_variance)
 
-    @cached_property
+    @property
     def q_law(self) -> QLaw:
-        """The law of ``|ŵ|²`` of the spectrum (shared by networks with the same spectrum)."""
+        """The law of ``|ŵ|²`` of the spectrum (from a bounded cache shared by networks with the same spectrum; a
+        network does not hold it, so results that keep their network stay small)."""
         return q_law(self.g_key, self.step)
 
-    @cached_property
+    @property
     def bias_rule(self) -> BiasRule:
         """The quadrature in ``b`` of ``σ_b`` (sinh-mapped for non-smooth σ)."""
         return bias_rule(self.bias_std, self.activation.classical_order is None, self.step)
