@@ -115,15 +115,16 @@ class QLaw:
         r = 2 * talbot / (5 * Q)
         self.z = np.concatenate([r[:, None] + 0j, r[:, None] * (th * (cot + 1j))[None, :]], axis=1)
         coef = np.concatenate([[0.5 + 0j], 1 + 1j * (th + (th * cot - 1) * cot)])
-        kern = (r / talbot)[:, None] * coef[None, :] * np.exp(Q[:, None] * self.z)
-        log_base = np.zeros(self.z.shape, dtype=complex)
-        self.p_base = np.zeros(self.z.shape, dtype=complex)
-        for gi in self.g:
-            one = 1 + 2 * gi * self.z
-            log_base -= 0.5 * np.log(one)
-            self.p_base += gi * gi / one
-        with np.errstate(all="ignore"):
-            self.base = kern * np.exp(log_base)
+        self._coef, self._r = coef, r
+        # the contour terms of the γ = 0 law, computed per row on first use (rows of negligible weight never are)
+        self._base = np.empty(self.z.shape, dtype=complex)
+        self._p_base = np.empty(self.z.shape, dtype=complex)
+        self._ready = np.zeros(Q.size, dtype=bool)
+        # log of the bound ν̂_0(Q) ≤ Q^{d/2−1} / (Γ(d/2) Π_i sqrt(2 g_i)) (each g_i X_i has density ≤ q^{−1/2}/…)
+        self._log_bound0 = ((self.dim / 2 - 1) * np.log(Q) - math.lgamma(self.dim / 2)
+                            - 0.5 * float(np.sum(np.log(2 * self.g))))
+        total = float(self.g.sum())
+        self._bulk = np.flatnonzero((Q >= total / 8) & (Q <= 8 * total))   # rows around the mean of Q
         self._recip: dict[int, list[np.ndarray]] = {}
         self._psum = [float(np.sum(self.g**n)) for n in range(5)]
         self._rows: dict[float, int] = {}
@@ -151,30 +152,57 @@ class QLaw:
         """``s_n = Σ_i (2γ_i + 1) g_i^n``."""
         return self._psum[n] + sum(2 * k * self.g[i] ** n for i, k in gamma)
 
-    #: rows whose a-priori bound (below) is under this fraction of its maximum are not computed
+    #: rows whose a-priori bound (below) is under this fraction of the integrand's bulk are not computed
     ROW_FLOOR = 1e-40
 
-    def _base_density(self) -> np.ndarray:
-        """``|ν̂_0|`` (the law of ``Q`` without size bias) on the whole grid, for the row bounds."""
-        if not hasattr(self, "_dens0"):
-            with np.errstate(all="ignore"):
-                d0 = np.abs(np.sum(self.base, axis=1).real)
-            self._dens0 = np.where(np.isfinite(d0), d0, 0.0)
-        return self._dens0
+    def _rows_ready(self, lo: int, hi: int) -> None:
+        """Compute the contour terms of rows ``lo:hi`` not computed yet."""
+        todo = np.flatnonzero(~self._ready[lo:hi]) + lo
+        if not todo.size:
+            return
+        z, Q = self.z[todo], self.Q[todo]
+        kern = (self._r[todo] / self.talbot)[:, None] * self._coef[None, :] * np.exp(Q[:, None] * z)
+        log_base = np.zeros(z.shape, dtype=complex)
+        p_base = np.zeros(z.shape, dtype=complex)
+        for gi in self.g:
+            one = 1 + 2 * gi * z
+            log_base -= 0.5 * np.log(one)
+            p_base += gi * gi / one
+        with np.errstate(all="ignore"):
+            self._base[todo] = kern * np.exp(log_base)
+        self._p_base[todo] = p_base
+        self._ready[todo] = True
+
+    def base(self, lo: int, hi: int) -> np.ndarray:
+        """Contour terms ``kern · Π_i (1 + 2 z g_i)^{−1/2}`` of the γ = 0 law on rows ``lo:hi``."""
+        self._rows_ready(lo, hi)
+        return self._base[lo:hi]
+
+    def p_base(self, lo: int, hi: int) -> np.ndarray:
+        """``Σ_i g_i²/(1 + 2 z g_i)`` on rows ``lo:hi`` (the Laplace factor of ``P``)."""
+        self._rows_ready(lo, hi)
+        return self._p_base[lo:hi]
 
     def _first_row(self, power: float) -> int:
         """First grid row that can matter for ``ν_γ`` against an integrand ``≤ Q^{−e/2}``: since
-        ``ŵ^{2γ} ≤ Q^{|γ|}`` and ``P ≤ g_0 Q``, ``ν_γ(dQ) ≤ Q^{|γ| (+1)} ν_0(dQ)``; rows where
-        ``Q^{power} ν̂_0`` (``power = |γ| (+1) − e/2``) is below ``ROW_FLOOR`` of its maximum contribute less than
-        that fraction."""
+        ``ŵ^{2γ} ≤ Q^{|γ|}`` and ``P ≤ g_0 Q``, ``ν_γ(dQ) ≤ Q^{|γ| (+1)} ν_0(dQ)``, and ``ν̂_0`` has the bound of
+        ``_log_bound0``. Rows where ``Q^{power}`` times that bound (``power = |γ| (+1) − e/2``) is below
+        ``ROW_FLOOR`` of the largest ``Q^{power} ν̂_0`` in the bulk of the law (a lower bound of its maximum)
+        contribute less than that fraction."""
         if power in self._rows:
             return self._rows[power]
-        with np.errstate(all="ignore"):
-            bound = self._base_density() * self.Q**power
-        bound = np.where(np.isfinite(bound), bound, 0.0)
-        top = bound.max()
-        self._rows[power] = int(np.argmax(bound >= self.ROW_FLOOR * top)) if top > 0 else 0
-        return self._rows[power]
+        lo = 0
+        if self.dim / 2 - 1 + power > 0 and self._bulk.size:
+            rows = self._bulk
+            with np.errstate(all="ignore"):
+                dens = np.abs(np.sum(self.base(int(rows[0]), int(rows[-1]) + 1), axis=1).real)
+                top = np.log(dens) + power * np.log(self.Q[rows])
+            top = top[np.isfinite(top)]
+            if top.size:
+                ok = self._log_bound0 + power * np.log(self.Q) >= math.log(self.ROW_FLOOR) + float(top.max())
+                lo = int(np.argmax(ok)) if ok.any() else 0
+        self._rows[power] = lo
+        return lo
 
     def _product(self, gamma: Gamma, lo: int, hi: int) -> np.ndarray:
         """``base · Π_i (1 + 2 z g_i)^{−γ_i}`` on rows ``lo:hi`` (the last product is kept: the weighted and
@@ -182,7 +210,7 @@ class QLaw:
         last = self._last_product
         if last is not None and last[0] == gamma and last[1] <= lo and hi <= last[2]:
             return last[3][lo - last[1]: hi - last[1]]
-        terms = self.base[lo:hi]
+        terms = self.base(lo, hi)
         for i, n in gamma:
             terms = terms * self._power(i, n)[lo:hi]
         self._last_product = (gamma, lo, hi, terms)
@@ -211,7 +239,7 @@ class QLaw:
         rows = slice(lo, max(lo, hi))
         terms = self._product(gamma, lo, max(lo, hi))
         if weighted:
-            extra = self.p_base[rows]
+            extra = self.p_base(rows.start, rows.stop)
             for i, n in gamma:
                 extra = extra + 2 * n * g[i] ** 2 * self._power(i, 1)[rows]
             with np.errstate(all="ignore"):
