@@ -465,7 +465,7 @@ def test_build_once_network_and_batch_equal_kernel_theory():
     from featureode.network import Network
 
     cfgs = [_config(network={"richness": r, "bias_std": sb, "activation": act}, data={"dim": d},
-                    target={"expr": t})
+                    target={"expr": t}, ode={"extended_max_modes": 12})
             for r, sb, act, d, t in [(0.5, 0.5, "relu", 16, "staircase(2)"), (0.05, 0.5, "relu", 16, "staircase(2)"),
                                      (0.5, 1.0, "erf", 8, "z0 + h2(z1)"), (0.2, 0.0, "gelu", 8, "z0*z1")]]
     batch = kernel_theory_batch(cfgs, basis="extended")
