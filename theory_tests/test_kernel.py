@@ -365,7 +365,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(KernelError, match=r"candidate modes.*estimated.*s"):
         extended_basis([Mode.parse("z0*z1*z2")], 128, 8, 40)
     with pytest.raises(KernelError, match="estimated"):
-        gram_matrix([Mode.parse(f"z{i}") for i in range(400)], np.full(400, 1 / 400), "relu", 0.5)
+        gram_matrix([Mode.parse(f"z{i}") for i in range(400)], np.full(400, 1 / 400), "relu", 0.5, max_cost_s=10)
     with pytest.raises(ActivationError, match=r"'step'.*order 1"):
         closure_constants("step", Spectrum.power_law(2), 0.0, 1)          # E[m_1²] = φ(0)² E[1/|ŵ|²] = ∞ at d = 2
     with pytest.raises(ActivationError, match=r"'step'.*order 3"):
