@@ -27,7 +27,7 @@ def cmd_hermite(args: argparse.Namespace) -> int:
     from .activations import get_activation
 
     act = get_activation(args.activation)
-    coeffs = [act.hermite(n, args.bias, args.scale) for n in range(args.max_degree + 1)]
+    coeffs = act.hermite_all(args.max_degree, args.bias, args.scale)
     if args.json:
         _print_json({"activation": act.name, "bias": args.bias, "scale": args.scale,
                      "coefficients": [c.value for c in coeffs], "exact": [c.latex for c in coeffs]})
@@ -242,7 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     h = add("hermite", cmd_hermite, "Hermite coefficients μ_0..μ_N of an activation")
     h.add_argument("activation", help="registered name (relu, erf, tanh, …) or an expression in u, e.g. 'u*tanh(u)'")
     h.add_argument("--max-degree", type=_count(0), required=True, metavar="N",
-                   help="highest degree N ≥ 0")
+                   help="highest degree N ≥ 0 of μ_n. Cost: closed-form activations (relu, abs, erf, gelu, step, "
+                   "polynomials) are exact by a Taylor recurrence, ~0.5 s for N = 200; the others (tanh, sigmoid, "
+                   "softplus, silu, user expressions) use one 30-digit mpmath quadrature pass for all degrees, ~4 s for "
+                   "N = 60 and ~30 s for N = 200 on one core, and refuse a degree whose quadrature misses that "
+                   "precision")
     h.add_argument("--bias", type=_real(), default=0.0, metavar="B", help="b in σ(s ξ + b) (default 0)")
     h.add_argument("--scale", type=_real(positive=True), default=1.0, metavar="S",
                    help="s > 0 in σ(s ξ + b) (default 1)")
