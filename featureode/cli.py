@@ -317,6 +317,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("featureode.ode", "AssemblyError"), ("featureode.compile", "CompileError"), ("featureode.kernel", "KernelError"),
     ("featureode.parametrization", "ParametrizationError"), ("featureode.trajectory", "TrajectoryFileError"),
     ("featureode.mlp", "MLPError"), ("featureode.solve", "SolveError"), ("featureode.runs", "RunFolderError"),
+    ("featureode.report", "ReportError"),
     ("builtins", "FileExistsError"), ("builtins", "FileNotFoundError"), ("builtins", "PermissionError"),
     ("builtins", "IsADirectoryError"), ("builtins", "NotADirectoryError"))
 

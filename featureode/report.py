@@ -36,6 +36,10 @@ MLP_IN_SUPPORT_COLOUR = "0.55"
 LEVELS = {"t50": 0.5, "t10": 0.1}
 
 
+class ReportError(ValueError):
+    """A report request that cannot be met (an unknown figure variant); the message names the valid choices."""
+
+
 @dataclass(frozen=True)
 class MLPSummary:
     """The network's curves as reported: ``loss`` is ``L/L(0)`` of the test loss, ``in_support_loss`` as measured;
@@ -238,14 +242,14 @@ def variant_colours(names: Sequence[str]) -> dict[str, Any]:
 
 def figure_variants(names: Sequence[str], variant: "str | Sequence[str] | None") -> list[str]:
     """The variants drawn in the mode and eigenvalue panels, out of ``names``: ``variant`` (a name or several), by
-    default ``displacement`` if present, else the first. An unknown name is a ``ValueError`` listing the valid ones."""
+    default ``displacement`` if present, else the first. An unknown name is a :class:`ReportError` listing the valid ones."""
     names = list(names)
     if variant is None:
         return ["displacement"] if "displacement" in names else names[:1]
     chosen = [variant] if isinstance(variant, str) else list(variant)
     unknown = [v for v in chosen if v not in names]
     if unknown:
-        raise ValueError(f"figure variant {', '.join(map(repr, unknown))} is not a variant of this config; choose "
+        raise ReportError(f"figure variant {', '.join(map(repr, unknown))} is not a variant of this config; choose "
                          f"from {', '.join(names)}")
     return chosen
 
