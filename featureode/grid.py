@@ -31,6 +31,8 @@ AUTO = "auto"
 #: Keys a grid file may hold at top level and in ``[sweep]``.
 TOP_KEYS = ("base", "set", "grid", "zip", "sweep")
 SWEEP_KEYS = ("seeds", "name", "description", "t_max_factor", "t_max_cap")
+#: Where the validation suites shipped with the package live.
+SUITES_DIR = Path(__file__).parent / "suites"
 #: Every config key as ``"table.key"``.
 CONFIG_KEYS = tuple(f"{sec}.{f.name}" for sec, cls in SECTIONS.items() for f in fields(cls))
 
@@ -278,7 +280,7 @@ def load_grid(path: "str | Path") -> Grid:
 
 def suite_path(name: str) -> Path:
     """The grid file of a validation suite shipped with the package (``featureode/suites/NAME.toml``)."""
-    path = Path(__file__).parent / "suites" / f"{name}.toml"
+    path = SUITES_DIR / f"{name}.toml"
     if not path.exists():
         known = suite_names()
         raise GridError(f"unknown suite {name!r}" + _suggest(name, known) if known else f"unknown suite {name!r}")
@@ -287,4 +289,4 @@ def suite_path(name: str) -> Path:
 
 def suite_names() -> list[str]:
     """Names of the validation suites shipped with the package."""
-    return sorted(p.stem for p in (Path(__file__).parent / "suites").glob("*.toml"))
+    return sorted(p.stem for p in SUITES_DIR.glob("*.toml"))

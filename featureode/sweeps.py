@@ -452,18 +452,20 @@ def write_results(out: Path, columns: Sequence[str], rows: Sequence[dict[str, An
         import pyarrow.parquet as pq
     except ImportError:
         return
-    table = pa.table({k: _arrow_column([r.get(k) for r in rows]) for k in columns})
+    table = pa.table({k: _arrow_column(pa, [r.get(k) for r in rows]) for k in columns})
     tmp = out / ".results.parquet.tmp"
     pq.write_table(table, tmp)
     tmp.replace(out / "results.parquet")
 
 
-def _arrow_column(values: list[Any]) -> list[Any]:
-    """A column pyarrow can type: mixed numbers and text become text."""
+def _arrow_column(pa: Any, values: list[Any]) -> Any:
+    """A typed pyarrow column: numbers (or nothing) as float64 or int64, anything else as text."""
     kinds = {type(v) for v in values if v is not None}
-    if kinds <= {int, float} or len(kinds) <= 1:
-        return [float(v) if kinds == {int, float} and v is not None else v for v in values]
-    return [None if v is None else str(v) for v in values]
+    if kinds == {int}:
+        return pa.array(values, type=pa.int64())
+    if kinds <= {int, float}:
+        return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
+    return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
 def read_results(path: "str | Path") -> list[dict[str, Any]]:
