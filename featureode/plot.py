@@ -185,7 +185,8 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
     bar = fig.colorbar(im, ax=ax, shrink=0.9)
     bar.set_label(metric)
     if ratio:
-        ticks = [t for t in (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0) if norm.vmin <= t <= norm.vmax]
+        fine = (0.9, 1.1) if norm.vmax < 1.6 else ()
+        ticks = [t for t in (0.25, 0.5, 0.67, 0.8, *fine, 1.0, 1.25, 1.5, 2.0, 4.0) if norm.vmin <= t <= norm.vmax]
         bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
         bar.minorticks_off()
 
@@ -196,7 +197,8 @@ def _line(ax: Any, st: dict, xs: list[tuple], metric: str, ratio: bool) -> None:
     got = [(p, *st[(v, ())]) for p, v in zip(pos, xs) if st.get((v, ()), (None,))[0] is not None]
     if got:
         p, m, sd, _ = zip(*got)
-        ax.errorbar(p, m, yerr=[s or 0.0 for s in sd], marker="o", capsize=3, lw=1.5)
+        ax.errorbar(np.asarray(p, float), np.asarray(m, float), yerr=np.array([s or 0.0 for s in sd]), marker="o",
+                    capsize=3, lw=1.5)
     if numeric and min(pos) > 0 and max(pos) / min(pos) > 20:
         ax.set_xscale("log")
     if not numeric:

@@ -270,19 +270,18 @@ def _run_one(task: RunTask, cfg: Config) -> RunOutcome:
 # ----------------------------------------------------------------------------------------------------------------
 # GPU batching
 # ----------------------------------------------------------------------------------------------------------------
-#: What the networks trained together share (the stacked layout of :func:`featureode.mlp.simulate_batch`).
-BATCH_KEYS = {"data": ("dim",), "network": ("activation", "width"),
-              "training": ("batch", "device", "dtype", "ntk_every", "checkpoint_every", "threads", "compile")}
-
-
 def batch_groups(cfgs: Sequence[Config], cuda: bool, max_size: int = MAX_BATCH) -> list[list[int]]:
     """Indices of ``cfgs`` grouped for training together: on CUDA the configs whose networks have the same shapes
-    (:data:`BATCH_KEYS`), at most ``max_size`` per group, in order of first appearance; on a CPU one per group."""
+    (the keys a batch of :func:`featureode.mlp.simulate_batch` must share: width, batch, dim, activation, dtype,
+    device and the step settings), at most ``max_size`` per group, in order of first appearance; on a CPU one per
+    group."""
     if not cuda:
         return [[i] for i in range(len(cfgs))]
+    from .mlp import _BATCH_KEYS
+
     groups: dict[tuple, list[list[int]]] = {}
     for i, c in enumerate(cfgs):
-        key = tuple(getattr(getattr(c, sec), k) for sec, keys in BATCH_KEYS.items() for k in keys)
+        key = tuple(getattr(getattr(c, sec), k) for sec, keys in _BATCH_KEYS.items() for k in keys)
         chunks = groups.setdefault(key, [[]])
         if len(chunks[-1]) == max_size:
             chunks.append([])
