@@ -2,7 +2,7 @@
 
 Over two keys a heatmap of the seed mean of a metric, one cell per (x, y), annotated; a ratio metric (ODE/MLP) uses a
 diverging colour map centred on 1 on a log scale symmetric about 1, and the ±10% contours (ratio 0.9 and 1.1) are
-drawn dashed. Over one key a line with the seed standard deviation as error bars (the ±10% band shaded for ratios).
+drawn dashed (interpolated between cell centres), and cells within ±10% of 1 are framed. Over one key a line with the seed standard deviation as error bars (the ±10% band shaded for ratios).
 One panel per variant unless one is named. An axis may be several keys varied together (``[zip]``), written
 ``"target.expr,data.dim"``. Built on :class:`matplotlib.figure.Figure` (no pyplot state).
 """
@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from .config import _suggest
 from .grid import Grid, slug
@@ -134,7 +135,9 @@ def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, m
         ax.set_title(name)
     fixed = ", ".join(f"{k} = {v}" for k, v in (where or {}).items())
     fig.suptitle(f"{metric} (seed mean)" + (f", {fixed}" if fixed else "")
-                 + (" — dashed: ratio 0.9 and 1.1" if ratio and yk else ""))
+                 + ("; framed: within ±10% of 1, dashed: ratio 0.9 and 1.1" if ratio and yk else "")
+                 + ("; —: a curve ends before it crosses" if any(m is None for st in stats.values()
+                                                                  for m, _, _ in st.values()) else ""))
     return fig
 
 
@@ -179,6 +182,8 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
             shade = im.cmap(norm(m)) if m is not None else (0.85, 0.85, 0.85, 1)
             dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
             ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
+            if ratio and m is not None and 0.9 <= m <= 1.1:
+                ax.add_patch(Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.6, ec="k"))
     if ratio and len(xs) > 1 and len(ys) > 1 and np.isfinite(z).sum() >= 3:
         ax.contour(np.arange(len(xs)), np.arange(len(ys)), np.ma.masked_invalid(z), levels=[0.9, 1.1],
                    colors="k", linestyles="--", linewidths=1.2)

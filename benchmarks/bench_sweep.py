@@ -1,0 +1,69 @@
+"""Sweep executors side by side (issue 12): one 16-point grid run sequentially, on 2 local worker processes, and on a
+Dask LocalCluster of 2 single-threaded workers, each into a fresh folder (nothing reused).
+
+Each point is a small real comparison (ODE variants + MLP, d = 8, N = 128, B = 256, eager torch, one thread), a few
+seconds on one core. Goal on 2 cores: ≥ 1.7× over sequential with 2 local workers, Dask within 10% of local. The
+load average before and after is recorded because the machine may be shared.
+
+Usage: ``PYTHONPATH=. python benchmarks/bench_sweep.py [--out benchmarks/results/sweep_benchmark.md]``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+from featureode.grid import grid_from_dict
+from featureode.sweeps import make_executor, run_sweep
+
+GRID = {"set": {"target.expr": "z0*z1", "data.dim": 8, "network.width": 128, "training.batch": 256,
+                "training.t_max": 30.0, "training.n_test": 2000, "training.n_points": 12, "training.threads": 1,
+                "training.compile": False, "training.device": "cpu", "ode.variants": ["lazy", "displacement"],
+                "ode.basis": "target"},
+        "grid": {"network.richness": [0.05, 0.2, 0.5, 1.0]}, "sweep": {"seeds": [0, 1, 2, 3]}}
+
+
+def timed(kind: str, jobs: int, out: Path) -> tuple[float, int]:
+    grid = grid_from_dict(GRID, source="bench_sweep")
+    t0 = time.perf_counter()
+    executor = make_executor(kind, jobs)
+    try:
+        res = run_sweep(grid, out, executor, progress=False)
+    finally:
+        executor.close()
+    return time.perf_counter() - t0, len(res.failed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="benchmarks/results/sweep_benchmark.md")
+    args = ap.parse_args()
+    load0 = os.getloadavg()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, kind, jobs in (("sequential (this process)", "local", 1), ("local, 2 worker processes", "local", 2),
+                                  ("Dask LocalCluster, 2 workers", "dask", 2)):
+            wall, failed = timed(kind, jobs, Path(tmp) / f"{kind}{jobs}")
+            rows.append((label, wall, failed))
+            print(f"{label}: {wall:.1f} s, {failed} failed", flush=True)
+    load1 = os.getloadavg()
+    seq = rows[0][1]
+    lines = ["# Sweep executors (`benchmarks/bench_sweep.py`)", "",
+             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; 16 points (z0*z1, d = 8, N = 128, "
+             "B = 256, t_max = 30, 4 richness values × 4 seeds; ODE lazy + displacement, MLP, report per point), "
+             "each executor into a fresh folder. Wall times include starting the workers.", "",
+             "| executor | wall (s) | speed-up vs sequential | failed |", "|---|---:|---:|---:|"]
+    lines += [f"| {label} | {wall:.1f} | {seq / wall:.2f}× | {failed} |" for label, wall, failed in rows]
+    lines += ["", f"Dask / local-processes wall: {rows[2][1] / rows[1][1]:.2f}. Load average (1, 5, 15 min) before: "
+                  f"{', '.join(f'{x:.2f}' for x in load0)}; after: {', '.join(f'{x:.2f}' for x in load1)} "
+                  "(a load above the core count means other work shared the cores)."]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
