@@ -9,16 +9,17 @@ import statistics
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from featureode import sweeps
 from featureode.cli import main
 from featureode.config import config_from_dict
-from featureode.grid import load_grid
+from featureode.grid import load_grid, suite_path
 from featureode.kernel import kernel_theory
 from featureode.sweeps import (RunOutcome, SweepError, acceptance, aggregate, batch_groups, in_band, make_executor,
-                               run_sweep)
+                               run_sweep, summary_markdown)
+
+pd = pytest.importorskip("pandas")
 
 ODE_GRID = '''
 [set]
@@ -144,6 +145,7 @@ def test_failing_run_is_retried_once_then_recorded(tmp_path, monkeypatch):
 
 def test_dask_local_cluster_matches_local(tmp_path):
     """A real LocalCluster (2 worker processes) gives the same table as the in-process run."""
+    pytest.importorskip("distributed")
     grid_path = _write(tmp_path, ODE_GRID.replace("seeds = [0, 1]", "seeds = [0]"))
     t0 = time.time()
     assert main(["sweep", str(grid_path), "--out", str(tmp_path / "dask"), "--ode-only", "--executor", "dask",
@@ -234,3 +236,16 @@ def test_validate_runs_a_shipped_grid_through_the_sweep(tmp_path, monkeypatch, c
     assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/report.json")} == stamps
     assert "2 runs: 0 computed, 2 reused, 0 failed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("basis", ["target", "extended"])
+def test_summary_reproduces_the_committed_validation_tables(basis):
+    """The seed statistics of the committed standard-suite run (docs/validation/*.json, written by the previous
+    suite code) give, through this module's summary, the committed summary.md byte for byte."""
+    root = Path(__file__).resolve().parents[1] / "docs" / "validation"
+    stats = json.loads((root / f"standard_{basis}_basis.json").read_text())
+    rows = [(name, {**a, "keys": ["t50_ratio", "t10_ratio", "log_rms"]}) for name, a in stats.items()]
+    grid = load_grid(suite_path("standard"))
+    assert [name for name, _ in rows] == [p.name for p in grid.points()]
+    md = summary_markdown("validation suite `standard`", grid.description, grid.seeds, rows, basis)
+    assert md == (root / f"standard_{basis}_basis.md").read_text()
