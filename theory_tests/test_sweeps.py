@@ -249,3 +249,49 @@ def test_summary_reproduces_the_committed_validation_tables(basis):
     assert [name for name, _ in rows] == [p.name for p in grid.points()]
     md = summary_markdown("validation suite `standard`", grid.description, grid.seeds, rows, basis)
     assert md == (root / f"standard_{basis}_basis.md").read_text()
+
+
+def test_acceptance_bands_bounds_and_lazy_rule():
+    def rep(r50, r10, lazy50):
+        return {"displacement": {"t50_ratio": r50, "t10_ratio": r10}, "lazy": {"t50_ratio": lazy50, "t10_ratio": None}}
+
+    # 1.22 is inside issue 6's t50 band [0.85, 1.25] but outside the prototype's [0.93, 1.20]
+    assert acceptance(0.5, rep(1.22, 1.0, 2.0)) == {"displacement": True, "displacement_prototype": False}
+    assert acceptance(0.5, rep(0.84, 1.0, 1.0))["displacement"] is False
+    assert acceptance(0.5, rep(1.0, 1.31, 1.0))["displacement"] is False
+    assert acceptance(0.5, rep(1.0, None, 1.0))["displacement"] is None
+    assert acceptance(0.005, rep(1.0, 1.0, 1.09))["lazy"] is True
+    assert acceptance(0.005, rep(1.0, 1.0, 0.89))["lazy"] is False
+
+    def bounded(r50, r10_range):
+        return {"displacement": {"t50_ratio": r50, "t10_ratio": None, "t10_ratio_range": r10_range}}
+
+    assert acceptance(0.5, bounded(1.0, [0.0, 0.49]))["displacement"] is False  # below 0.49: outside [0.75, 1.30]
+    assert acceptance(0.5, bounded(1.0, [0.0, 0.9]))["displacement"] is None    # below 0.9: undecided
+    assert acceptance(0.5, bounded(2.0, [0.0, 0.9]))["displacement"] is False   # a failed t50 decides
+    assert acceptance(0.5, bounded(1.0, [1.4, None]))["displacement"] is False  # above 1.4: outside
+    assert acceptance(0.5, bounded(1.0, [1.0, None]))["displacement"] is None
+
+
+def test_aggregate_bounds_over_seeds():
+    def rep(seed, r50, r10, r10_range=None):
+        d = {"t50_ratio": r50, "t10_ratio": r10, "log_rms": 0.1}
+        if r10_range is not None:
+            d["t10_ratio_range"] = r10_range
+        return RunOutcome("c", seed, "ok", 1.0, {"t50": 10.0 + seed, "t10": 30.0}, {"displacement": d})
+
+    a = aggregate(0.005, [rep(0, 0.80, 1.0), rep(1, 1.00, 1.0), rep(2, 1.06, 1.0)])
+    st = a["variants"]["displacement"]["t50_ratio"]
+    assert st["sd"] == pytest.approx(math.sqrt(((0.80 - 0.9533333) ** 2 + (1.00 - 0.9533333) ** 2
+                                                + (1.06 - 0.9533333) ** 2) / 2), rel=1e-6)
+    assert a["accepted"]["displacement"] is True  # the mean 0.953 is inside [0.85, 1.25]; seed 0 alone is not
+    assert [acc["displacement"] for acc in a["accepted_per_seed"]] == [False, True, True]
+    b = aggregate(0.005, [rep(0, 1.0, None), rep(1, 1.0, 1.0)])
+    assert b["accepted"]["displacement"] is None and b["variants"]["displacement"]["t10_ratio"]["n"] == 1
+    c = aggregate(0.5, [rep(0, 1.0, None, [0.0, 0.5]), rep(1, 1.0, None, [0.0, 0.7])])
+    assert c["variants"]["displacement"]["t10_ratio"]["range"] == [0.0, pytest.approx(0.6)]
+    assert c["accepted"]["displacement"] is False  # the mean t10 ratio is below 0.6 < 0.75
+    c = aggregate(0.5, [rep(0, 1.0, None, [1.0, 1.0]), rep(1, 1.0, None, [2.0, None])])
+    assert c["variants"]["displacement"]["t10_ratio"]["range"] == [pytest.approx(1.5), None]
+    assert c["accepted"]["displacement"] is False  # above 1.5 is above the band's 1.30
+    json.dumps(c, allow_nan=False)  # no Infinity in the JSON summary
