@@ -8,7 +8,7 @@ import math
 import pytest
 
 from featureode.config import config_from_dict, load_config
-from featureode.grid import GridError, check_points, grid_from_dict, load_grid, suite_names, suite_path
+from featureode.grid import GridError, check_points, load_grid, suite_names, suite_path
 from featureode.sweeps import MAX_RUNS_WITHOUT_YES, auto_t_max, lazy_t10, plan
 
 
