@@ -4,7 +4,8 @@ Over two keys a heatmap of the seed mean of a metric, one cell per (x, y), annot
 diverging colour map centred on 1 on a log scale symmetric about 1, the cells within ±10% of 1 are framed and the
 contours of ratio 0.9 and 1.1 (interpolated between cell centres) are drawn dashed. Over one key a line with the seed
 standard deviation as error bars (the ±10% band shaded for ratios). One panel per variant unless one is named. An
-axis may be several keys varied together (``[zip]``), written ``"target.expr,data.dim"``. Built on :class:`matplotlib.figure.Figure` (no pyplot state).
+axis may be several keys varied together (``[zip]``), written ``"target.expr,data.dim"``. Built on
+:class:`matplotlib.figure.Figure` (no pyplot state).
 """
 from __future__ import annotations
 
