@@ -78,8 +78,8 @@ def auto_t_max(cfg: Config, factor: float = 2.0, cap: float = math.inf) -> float
     """The horizon ``min(cap, factor × t10_lazy, 4 × t10_displacement)`` of ``cfg``, to 4 significant digits.
 
     The lazy kernel flow with exact ``λ(0)`` bounds the learning time from above in the rich regime; the second
-    bound keeps rich runs, whose kernel (and so the number of SGD steps per unit time) grows by 10–100×, from spending
-    most of their steps after the target is learnt. It is a choice of horizon only: no constant of the ODE depends on
+    bound keeps rich runs, whose kernel (and so the number of SGD steps per unit time) grows by 10–100×, from
+    spending most of their steps after the target is learnt. It is a choice of horizon only: no constant of the ODE depends on
     it, and an MLP slower than 4× the prediction shows up as a missing ``t10``, not as a shorter curve. Both bounds
     use the target basis, so the MLP runs are the same whatever ODE basis is compared."""
     from .kernel import kernel_theory
