@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .config import Config, config_from_dict
+from .config import MLP_SECTIONS, Config, config_from_dict
 from .grid import AUTO, Grid, GridError, Point, check_points, load_grid, suite_path
 from .trajectory import TrajectoryFileError, read_json, write_json, write_text
 
@@ -230,16 +230,26 @@ def execute(group: Sequence[RunTask]) -> list[RunOutcome]:
             outcomes[i] = found
         else:
             todo.append((i, task, cfg))
-    if len(todo) > 1 and not todo[0][1].ode_only:
+    train = [(t, c) for _, t, c in todo if not t.ode_only and not _trained(Path(t.run_dir), c)]
+    if len(train) > 1:
         from .mlp import simulate_batch
 
         try:
-            simulate_batch([c for _, _, c in todo], run_dirs=[t.run_dir for _, t, _ in todo], progress=False)
+            simulate_batch([c for _, c in train], run_dirs=[t.run_dir for t, _ in train], progress=False)
         except Exception:  # noqa: BLE001 — each run then trains alone in compare_config and reports its own error
             pass
     for i, task, cfg in todo:
         outcomes[i] = _run_one(task, cfg)
     return [outcomes[i] for i in range(len(group))]
+
+
+def _trained(folder: Path, cfg: Config) -> bool:
+    """Does ``folder`` hold a finished simulation of ``cfg``'s network (``mlp.json`` with its digest)?"""
+    try:
+        mlp = read_json(folder / "mlp.json")
+    except TrajectoryFileError:
+        return False
+    return isinstance(mlp, dict) and mlp.get("digest") == cfg.digest(MLP_SECTIONS) and mlp.get("complete", True)
 
 
 def _run_one(task: RunTask, cfg: Config) -> RunOutcome:
