@@ -295,3 +295,24 @@ def test_aggregate_bounds_over_seeds():
     assert c["variants"]["displacement"]["t10_ratio"]["range"] == [pytest.approx(1.5), None]
     assert c["accepted"]["displacement"] is False  # above 1.5 is above the band's 1.30
     json.dumps(c, allow_nan=False)  # no Infinity in the JSON summary
+
+
+@pytest.mark.slow
+def test_a_batched_group_equals_its_runs_alone(tmp_path, monkeypatch):
+    """The GPU path (a group trained by one simulate_batch call, then compared run by run), exercised on the CPU:
+    the same numbers as each run on its own, and the batch is the only training."""
+    from featureode import mlp
+    from featureode.sweeps import execute, plan
+
+    grid = load_grid(_write(tmp_path, MLP_GRID))
+    grouped = [t for _, t in plan(grid, tmp_path / "grouped")]
+    alone = [t for _, t in plan(grid, tmp_path / "alone")]
+    calls = []
+    real = mlp.simulate_batch
+    monkeypatch.setattr(mlp, "simulate_batch", lambda cfgs, *a, **kw: calls.append(len(cfgs)) or real(cfgs, *a, **kw))
+    together = execute(grouped)
+    assert calls == [2]
+    separate = [execute([t])[0] for t in alone]
+    assert calls == [2, 1, 1]  # compare_config reused the batch's mlp.json; alone, each run trains once
+    for a, b in zip(together, separate):
+        assert a.ok and b.ok and a.mlp == b.mlp and a.variants == b.variants
