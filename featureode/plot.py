@@ -1,8 +1,8 @@
 """Phase diagrams of a sweep (``featureode plot``, DESIGN §7), from the rows of ``results.csv``.
 
 Over two keys a heatmap of the seed mean of a metric, one cell per (x, y), annotated; a ratio metric (ODE/MLP) uses a
-diverging colour map centred on 1 on a log scale symmetric about 1, the cells within ±10% of 1 are framed and the
-contours of ratio 0.9 and 1.1 (interpolated between cell centres) are drawn dashed. Over one key a line with the seed
+diverging colour map centred on 1 on a log scale symmetric about 1, and the contour of the region within ±10% of 1
+is drawn along the cell edges. Over one key a line with the seed
 standard deviation as error bars (the ±10% band shaded for ratios). One panel per variant unless one is named. An
 axis may be several keys varied together (``[zip]``), written ``"target.expr,data.dim"``. Built on
 :class:`matplotlib.figure.Figure` (no pyplot state).
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.collections import LineCollection
 
 from .config import _suggest
 from .grid import Grid, slug
@@ -119,7 +119,7 @@ def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, m
     w = max(4.2, 0.9 * len(xs) + 2.2) if yk else 5.0
     h = max(3.2, 0.5 * len(ys) + 1.8) if yk else 3.8
     fig = Figure(figsize=(w * ncol, h * nrow + 0.4), layout="constrained")
-    axes = fig.subplots(nrow, ncol, squeeze=False).ravel()
+    axes = fig.subplots(nrow, ncol, squeeze=False, sharey=not yk).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
     ratio = metric in RATIOS
@@ -136,7 +136,7 @@ def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, m
         ax.set_title(name)
     fixed = ", ".join(f"{k} = {v}" for k, v in (where or {}).items())
     fig.suptitle(f"{metric} (seed mean)" + (f", {fixed}" if fixed else "")
-                 + ("; framed: within ±10% of 1, dashed: ratio 0.9 and 1.1" if ratio and yk else "")
+                 + ("; outlined: within ±10% of 1" if ratio and yk else "")
                  + ("; —: a curve ends before it crosses" if any(m is None for st in stats.values()
                                                                   for m, _, _ in st.values()) else ""))
     return fig
@@ -177,17 +177,16 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
     for i in range(len(ys)):
         for j in range(len(xs)):
             m, sd, _ = st.get((xs[j], ys[i]), (None, None, 0))
-            text = "—" if m is None else f"{m:.2f}" if ratio else f"{m:.3g}"
+            text = "—" if m is None else f"{m:.3g}"
             if sd is not None:
-                text += f"\n±{sd:.2f}" if ratio else f"\n±{sd:.2g}"
+                text += f"\n±{sd:.2g}"
             shade = im.cmap(norm(m)) if m is not None else (0.85, 0.85, 0.85, 1)
             dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
             ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
-            if ratio and m is not None and 0.9 <= m <= 1.1:
-                ax.add_patch(Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.6, ec="k"))
-    if ratio and len(xs) > 1 and len(ys) > 1 and np.isfinite(z).sum() >= 3:
-        ax.contour(np.arange(len(xs)), np.arange(len(ys)), np.ma.masked_invalid(z), levels=[0.9, 1.1],
-                   colors="k", linestyles="--", linewidths=1.2)
+    if ratio:
+        edges = band_edges(z)
+        if edges:
+            ax.add_collection(LineCollection(edges, colors="k", linewidths=2.0, label="±10% of 1"))
     bar = fig.colorbar(im, ax=ax, shrink=0.9)
     bar.set_label(metric)
     if ratio:
@@ -195,6 +194,22 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
         ticks = [t for t in (0.25, 0.5, 0.67, 0.8, *fine, 1.0, 1.25, 1.5, 2.0, 4.0) if norm.vmin <= t <= norm.vmax]
         bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
         bar.minorticks_off()
+
+
+def band_edges(z: np.ndarray, lo: float = 0.9, hi: float = 1.1) -> list[list[tuple[float, float]]]:
+    """The contour of the region ``lo ≤ z ≤ hi`` on a grid of cells centred on integer points (``z[i, j]`` at
+    x = j, y = i): the cell edges between a cell inside and one outside (or the border), as line segments."""
+    inside = np.isfinite(z) & (z >= lo) & (z <= hi)
+    ny, nx = inside.shape
+    inside_at = lambda i, j: 0 <= i < ny and 0 <= j < nx and bool(inside[i, j])  # noqa: E731
+    segs = []
+    for i, j in zip(*np.nonzero(inside)):
+        x0, x1, y0, y1 = j - 0.5, j + 0.5, i - 0.5, i + 0.5
+        for di, dj, seg in ((-1, 0, [(x0, y0), (x1, y0)]), (1, 0, [(x0, y1), (x1, y1)]),
+                            (0, -1, [(x0, y0), (x0, y1)]), (0, 1, [(x1, y0), (x1, y1)])):
+            if not inside_at(i + di, j + dj):
+                segs.append(seg)
+    return segs
 
 
 def _line(ax: Any, st: dict, xs: list[tuple], metric: str, ratio: bool) -> None:
@@ -207,8 +222,8 @@ def _line(ax: Any, st: dict, xs: list[tuple], metric: str, ratio: bool) -> None:
                     capsize=3, lw=1.5)
     if numeric and min(pos) > 0 and max(pos) / min(pos) > 20:
         ax.set_xscale("log")
-    if not numeric:
-        ax.set_xticks(pos, [_label(v) for v in xs])
+        ax.minorticks_off()
+    ax.set_xticks(pos, [_label(v) for v in xs])
     if ratio:
         ax.axhline(1.0, color="k", lw=0.8)
         ax.axhspan(0.9, 1.1, color="0.5", alpha=0.15, lw=0, label="±10%")

@@ -5,7 +5,7 @@ import statistics
 
 import numpy as np
 import pytest
-from matplotlib.contour import ContourSet
+from matplotlib.collections import LineCollection
 
 from featureode.cli import main
 from featureode.plot import PlotError, phase_figure
@@ -49,12 +49,21 @@ def test_heatmap_cells_axes_contour_and_centred_colours():
         for j, g in enumerate(GAMMAS):
             for i, d in enumerate(DIMS):
                 vals = [_ratio(v, g, d, s) for s in (0, 1, 2)]
-                assert texts[(j, i)] == f"{statistics.fmean(vals):.2f}\n±{statistics.stdev(vals):.2f}"
+                assert texts[(j, i)] == f"{statistics.fmean(vals):.3g}\n±{statistics.stdev(vals):.2g}"
         im = ax.images[0]
         assert im.norm(1.0) == pytest.approx(0.5)  # diverging map centred on ratio 1
         assert im.norm(1 / 1.3) == pytest.approx(1 - im.norm(1.3))  # symmetric in log ratio
-        contours = [c for c in ax.collections if isinstance(c, ContourSet)]
-        assert len(contours) == 1 and list(contours[0].levels) == [0.9, 1.1]
+        (band,) = [c for c in ax.collections if isinstance(c, LineCollection)]
+        assert band.get_label() == "±10% of 1"
+        # the cells within ±10% of 1, by hand from _ratio's seed means
+        inside = {(j, i) for j, g in enumerate(GAMMAS) for i, d in enumerate(DIMS)
+                  if 0.9 <= statistics.fmean([_ratio(v, g, d, s) for s in (0, 1, 2)]) <= 1.1}
+        # lazy at γ = 0.1, d = 8: 1.1 × 1.01 = 1.111 is out; displacement at γ = 0.5, d = 8: the same
+        assert inside == ({(0, 0), (0, 1)} if v == "lazy" else {(0, 0), (0, 1), (1, 0), (1, 1)})
+        # its outline: the edges of inside cells that face an outside cell or the border
+        want = sum(4 - sum((a + da, b + db) in inside for da, db in ((1, 0), (-1, 0), (0, 1), (0, -1)))
+                   for a, b in inside)
+        assert len(band.get_segments()) == want
     fig.savefig(__import__("io").BytesIO(), format="png")  # renders without pyplot
 
 
@@ -79,7 +88,7 @@ def test_zipped_axis_and_non_ratio_metric():
     fig = phase_figure(rows, "network.richness", "target.expr,data.dim", "mlp_t10")
     (ax,) = [a for a in fig.axes if a.get_title() == "MLP"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["z0, 8", "z0, 16"]
-    assert not [c for c in ax.collections if isinstance(c, ContourSet)]  # no ±10% contour for a time
+    assert not [c for c in ax.collections if isinstance(c, LineCollection)]  # no ±10% contour for a time
     assert set(_texts(ax).values()) == {"5\n±0"}
 
 
