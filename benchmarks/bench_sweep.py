@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -26,15 +27,22 @@ GRID = {"set": {"target.expr": "z0*z1", "data.dim": 8, "network.width": 128, "tr
         "grid": {"network.richness": [0.05, 0.2, 0.5, 1.0]}, "sweep": {"seeds": [0, 1, 2, 3]}}
 
 
-def timed(kind: str, jobs: int, out: Path) -> tuple[float, int]:
+def _cpu() -> float:
+    """CPU seconds of this process and of its finished child processes (workers, once reaped)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(kind: str, jobs: int, out: Path) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds and failures of the sweep of :data:`GRID` on one executor."""
     grid = grid_from_dict(GRID, source="bench_sweep")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     executor = make_executor(kind, jobs)
     try:
         res = run_sweep(grid, out, executor, progress=False)
     finally:
         executor.close()
-    return time.perf_counter() - t0, len(res.failed)
+    return time.perf_counter() - t0, _cpu() - c0, len(res.failed)
 
 
 def main() -> None:
@@ -46,17 +54,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for label, kind, jobs in (("sequential (this process)", "local", 1), ("local, 2 worker processes", "local", 2),
                                   ("Dask LocalCluster, 2 workers", "dask", 2)):
-            wall, failed = timed(kind, jobs, Path(tmp) / f"{kind}{jobs}")
-            rows.append((label, wall, failed))
-            print(f"{label}: {wall:.1f} s, {failed} failed", flush=True)
+            wall, cpu, failed = timed(kind, jobs, Path(tmp) / f"{kind}{jobs}")
+            rows.append((label, wall, cpu, failed))
+            print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU, {failed} failed", flush=True)
     load1 = os.getloadavg()
     seq = rows[0][1]
     lines = ["# Sweep executors (`benchmarks/bench_sweep.py`)", "",
              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; 16 points (z0*z1, d = 8, N = 128, "
              "B = 256, t_max = 30, 4 richness values × 4 seeds; ODE lazy + displacement, MLP, report per point), "
-             "each executor into a fresh folder. Wall times include starting the workers.", "",
-             "| executor | wall (s) | speed-up vs sequential | failed |", "|---|---:|---:|---:|"]
-    lines += [f"| {label} | {wall:.1f} | {seq / wall:.2f}× | {failed} |" for label, wall, failed in rows]
+             "each executor into a fresh folder. Wall times include starting the workers; CPU is the CPU time of "
+             "this process and its workers, so CPU / wall is the number of cores the sweep actually got.", "",
+             "| executor | wall (s) | speed-up vs sequential | CPU (s) | CPU / wall | failed |",
+             "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {label} | {wall:.1f} | {seq / wall:.2f}× | {cpu:.1f} | {cpu / wall:.2f} | {failed} |"
+              for label, wall, cpu, failed in rows]
     lines += ["", f"Dask / local-processes wall: {rows[2][1] / rows[1][1]:.2f}. Load average (1, 5, 15 min) before: "
                   f"{', '.join(f'{x:.2f}' for x in load0)}; after: {', '.join(f'{x:.2f}' for x in load1)} "
                   "(a load above the core count means other work shared the cores)."]

@@ -170,3 +170,12 @@ def test_auto_t_max_is_the_lazy_bound_for_one_mode():
     assert auto_t_max(cfg, factor=2.0, cap=1.234567) == 1.235
     t = auto_t_max(cfg, factor=0.5)
     assert t == float(f"{0.5 * math.log(10) / (2 * lam):.4g}")
+
+
+def test_example_grids_parse():
+    from pathlib import Path
+
+    paths = sorted((Path(__file__).resolve().parents[1] / "examples" / "grids").glob("*.toml"))
+    assert paths
+    for path in paths:
+        check_points(load_grid(path))
