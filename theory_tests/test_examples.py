@@ -133,29 +133,6 @@ def test_compare_end_to_end_reduced(tmp_path):
     assert (out / "mlp.json").stat().st_mtime_ns == stamp  # the finished simulation was reused
 
 
-def test_validate_suite_runs_caches_and_summarises(tmp_path, monkeypatch):
-    """A two-case suite through the CLI: summary table, acceptance verdicts, and a rerun that reuses every case."""
-    from featureode import compare
-
-    tiny = _tiny_suite("two tiny cases", compare._grid(["z0"], [0.005, 0.5], {}, 4), t_max_cap=50.0, seeds=(0, 1))
-    monkeypatch.setitem(compare.SUITES, "tiny", tiny)
-    out = tmp_path / "suite"
-    assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"z0_d4_g0.005", "z0_d4_g0.5"}
-    assert "lazy" in summary["z0_d4_g0.005"]["accepted"] and "lazy" not in summary["z0_d4_g0.5"]["accepted"]
-    assert "| z0_d4_g0.005 |" in (out / "summary.md").read_text()
-    assert (out / "z0_d4_g0.5_s1" / "report.json").exists() and (out / "z0_d4_g0.5" / "report.json").exists()
-    stats = summary["z0_d4_g0.5"]["variants"]["displacement"]["t50_ratio"]
-    per_seed = [json.loads((out / d / "report.json").read_text())["variants"]["displacement"]["t50_ratio"]
-                for d in ("z0_d4_g0.5", "z0_d4_g0.5_s1")]
-    assert stats["values"] == per_seed and stats["n"] == 2 and per_seed[0] != per_seed[1]
-    assert stats["mean"] == pytest.approx(np.mean(per_seed)) and stats["sd"] == pytest.approx(np.std(per_seed, ddof=1))
-    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")}
-    assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
-    assert {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")} == stamps
-
-
 def test_readme_python_example_runs(monkeypatch, capsys):
     """The README's Python block runs as written (from the repository root)."""
     text = (ROOT / "README.md").read_text()
