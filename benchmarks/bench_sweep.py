@@ -1,7 +1,7 @@
 """Sweep executors side by side (issue 12): one 16-point grid run sequentially, on 2 local worker processes, and on a
 Dask LocalCluster of 2 single-threaded workers, each into a fresh folder (nothing reused).
 
-Each point is a small real comparison (ODE variants + MLP, d = 8, N = 128, B = 256, eager torch, one thread), a few
+Each point is a small real comparison (ODE variants + MLP, d = 8, N = 256, B = 512, eager torch, one thread), several
 seconds on one core. Goal on 2 cores: ≥ 1.7× over sequential with 2 local workers, Dask within 10% of local. The
 load average before and after is recorded because the machine may be shared.
 
@@ -23,7 +23,7 @@ import psutil
 from featureode.grid import grid_from_dict
 from featureode.sweeps import make_executor, run_sweep
 
-GRID = {"set": {"target.expr": "z0*z1", "data.dim": 8, "network.width": 128, "training.batch": 256,
+GRID = {"set": {"target.expr": "z0*z1", "data.dim": 8, "network.width": 256, "training.batch": 512,
                 "training.t_max": 30.0, "training.n_test": 2000, "training.n_points": 12, "training.threads": 1,
                 "training.compile": False, "training.device": "cpu", "ode.variants": ["lazy", "displacement"],
                 "ode.basis": "target"},
@@ -97,8 +97,8 @@ def main() -> None:
     load1 = os.getloadavg()
     seq = rows[0][1]
     lines = ["# Sweep executors (`benchmarks/bench_sweep.py`)", "",
-             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; 16 points (z0*z1, d = 8, N = 128, "
-             "B = 256, t_max = 30, 4 richness values × 4 seeds; ODE lazy + displacement, MLP, report per point), "
+             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; 16 points (z0*z1, d = 8, N = 256, "
+             "B = 512, t_max = 30, 4 richness values × 4 seeds; ODE lazy + displacement, MLP, report per point), "
              "each executor into a fresh folder. Wall times include starting the workers; CPU is the CPU time of "
              "this process and its workers, so CPU / wall is the number of cores the sweep actually got.", "",
              "| executor | wall (s) | speed-up vs sequential | CPU (s) | CPU / wall | failed |",
