@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from featureode.compare import compare_config, ratio_bounds, ratio_text
+from featureode.compare import compare_config
 from featureode.config import load_config
 from featureode.mlp import RunSpec, _Simulation, simulate_config
 
@@ -124,9 +124,9 @@ def main() -> None:
             t0 = time.perf_counter()
             rep = compare_config(load_config().replace(training={"device": dev}), tmp, progress=False)
             wall = time.perf_counter() - t0
-        d = rep["variants"]["displacement"]
+        d = rep.variants["displacement"].metrics
         lines += ["", f"Built-in default `compare` on the device: {wall:.1f} s wall; displacement t50/t10 ratios "
-                      f"{ratio_text(ratio_bounds(d, 't50_ratio'))} / {ratio_text(ratio_bounds(d, 't10_ratio'))}."]
+                      f"{d.t50_ratio.text()} / {d.t10_ratio.text()}."]
         print(lines[-1], flush=True)
     lines += sweep_rates(dev, args.quick)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -18,11 +18,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from featureode.compare import (SUITES, build_report, ratio_bounds, ratio_text, run_mlp, stored_range,
-                                suite_config)
+from featureode.compare import SUITES, suite_config
 from featureode.config import ConfigError
 from featureode.kernel import KernelError
+from featureode.metrics import Ratio
+from featureode.report import build_report
+from featureode.runs import mlp_trajectory
 from featureode.solve import SolveError, solve_config
+from featureode.trajectory import ODEResult
 
 
 def _basis(text: str) -> tuple[int, int]:
@@ -59,24 +62,28 @@ def study(suite: str, case_name: str, widths: Sequence[int], bases: Sequence[tup
     odes = {}
     for modes, degree in bases:
         cfg = base.replace(ode={"extended_max_modes": modes, "extended_degree": degree})
+        folder = out / f"ode_{modes}_{degree}"
         try:
-            odes[modes, degree] = solve_config(cfg, out / f"ode_{modes}_{degree}")
-        except SolveError as exc:  # keep the partial curve; the report marks the variant as failed
-            odes[modes, degree] = exc.result
+            solve_config(cfg, folder)
+        except SolveError:  # ode.json keeps the partial curve; the report marks the variant as failed
+            pass
+        odes[modes, degree] = ODEResult.load(folder)
     rows = []
     for width, cfg in configs.items():
-        mlp = run_mlp(cfg, out / f"mlp_N{width}", progress=progress)
+        mlp = mlp_trajectory(cfg, out / f"mlp_N{width}", progress=progress)
         for (modes, degree), ode in odes.items():
             rep = build_report(cfg, ode, mlp)
-            m = rep["mlp"]
-            for name, v in rep["variants"].items():
-                rows.append({"width": width, "max_modes": modes, "degree": degree, "modes": len(ode["modes"]),
-                             "variant": name, "t_end": m["t"][-1], "mlp_complete": m["complete"],
-                             "mlp_loss_end": m["loss"][-1],
-                             "mlp_in_support_end": m["in_support_loss"][-1] / m["in_support_loss"][0],
-                             "ode_loss_end": v["loss"][-1] if v["loss"] else None,
-                             "t50_ratio": ratio_bounds(v, "t50_ratio"), "t10_ratio": ratio_bounds(v, "t10_ratio"),
-                             "in_support_t10_ratio": v["in_support"].get("t10_ratio")})
+            m = rep.mlp
+            for name, v in rep.variants.items():
+                met, ins = v.metrics, v.in_support
+                rows.append({"width": width, "max_modes": modes, "degree": degree, "modes": len(ode.modes),
+                             "variant": name, "t_end": float(m.t[-1]), "mlp_complete": m.complete,
+                             "mlp_loss_end": float(m.loss[-1]),
+                             "mlp_in_support_end": float(m.in_support_loss[-1] / m.in_support_loss[0]),
+                             "ode_loss_end": float(v.loss[-1]) if len(v.loss) else None,
+                             "t50_ratio": met.t50_ratio if met else Ratio.unknown(),
+                             "t10_ratio": met.t10_ratio if met else Ratio.unknown(),
+                             "in_support_t10_ratio": ins.t10_ratio.value if ins else None})
     return rows
 
 
@@ -92,7 +99,7 @@ def table(rows: Sequence[dict[str, Any]], title: str) -> str:
         stop = "" if r["mlp_complete"] else f" (stopped at t = {r['t_end']:.4g})"
         lines.append(f"| {r['width']}{stop} | +{r['degree']}, ≤ {r['max_modes']} ({r['modes']}) | {r['variant']} | "
                      f"{f(r['mlp_loss_end'])} | {f(r['mlp_in_support_end'])} | {f(r['ode_loss_end'])} | "
-                     f"{ratio_text(r['t50_ratio'])} | {ratio_text(r['t10_ratio'])} | "
+                     f"{r['t50_ratio'].text()} | {r['t10_ratio'].text()} | "
                      f"{f(r['in_support_t10_ratio'])} |")
     return "\n".join(lines) + "\n"
 
@@ -117,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     text = table(rows, f"convergence study: `{args.case}` of suite `{args.suite}`, seed {args.seed}")
     (args.out / "study.md").write_text(text)
     (args.out / "study.json").write_text(json.dumps(
-        [r | {k: stored_range(r[k]) for k in ("t50_ratio", "t10_ratio")} for r in rows], indent=1, allow_nan=False))
+        [r | {k: r[k].to_json() for k in ("t50_ratio", "t10_ratio")} for r in rows], indent=1, allow_nan=False))
     print(text)
     return rows
 

@@ -1,23 +1,24 @@
-"""Command-line interface ``featureode`` (DESIGN §6).
+"""Command-line interface ``featureode`` (DESIGN §6): parser, subcommands and error handling.
 
 Subcommands: ``hermite``, ``decompose``, ``kernel``, ``derive``, ``solve``, ``simulate``, ``compare``, ``validate``,
 ``sweep``, ``plot``.
-Bad input ends with a one-line ``featureode: error: …`` on stderr and exit status 2 (``--traceback`` shows the
-Python traceback instead).
+Bad input ends with a one-line ``featureode: error: …`` on stderr and exit status 2 (:data:`USER_ERRORS`); an
+interrupt ends with exit status 130; ``--traceback`` shows the Python traceback instead.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 
 def _print_json(obj: Any) -> None:
-    from .compare import json_default
+    from .trajectory import json_ready
 
-    print(json.dumps(obj, indent=2, default=json_default))
+    print(json.dumps(json_ready(obj), indent=2))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -28,10 +29,6 @@ def cmd_hermite(args: argparse.Namespace) -> int:
     from .activations import get_activation
 
     act = get_activation(args.activation)
-    if args.max_degree < 0:
-        raise ValueError(f"--max-degree must be a non-negative integer, got {args.max_degree}")
-    if args.scale < 0:
-        raise ValueError(f"--scale must be ≥ 0, got {args.scale}")
     coeffs = [act.hermite(n, args.bias, args.scale) for n in range(args.max_degree + 1)]
     if args.json:
         _print_json({"activation": act.name, "bias": args.bias, "scale": args.scale,
@@ -84,12 +81,17 @@ def _config(path: str | None) -> Any:
 
 
 def _config_for_out(args: argparse.Namespace) -> Any:
-    """The config of ``args.config``, with ``args.out`` created and stamped for it (refused if it holds results of
-    another config, unless ``args.force``)."""
-    from .compare import guard_output_dir
+    """The config of ``args.config`` after every check that can be made before computing, with ``args.out`` created,
+    locked for this command (a second command on the folder waits briefly, then refuses) and stamped for it; a folder
+    holding results of another config is refused unless ``args.force``, which removes those results first
+    (:func:`featureode.runs.prepare`)."""
+    import atexit
+
+    from .runs import prepare, release
 
     cfg = _config(args.config)
-    guard_output_dir(Path(args.out), cfg, force=args.force)
+    prepare(Path(args.out), cfg, force=args.force)
+    atexit.register(release, Path(args.out))  # the command holds the folder until the process ends
     return cfg
 
 
@@ -155,7 +157,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``."""
     from .compare import compare_config
 
-    compare_config(_config_for_out(args), args.out, progress=not args.quiet)
+    compare_config(_config_for_out(args), args.out, progress=not args.quiet, figure_variant=args.figure_variant)
     print(Path(args.out, "report.md").read_text())
     return 0
 
@@ -231,53 +233,119 @@ def _fmt(x: Any) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+DESCRIPTION = """\
+featureode: the feature ODE of a two-layer MLP trained by gradient flow on anisotropic Gaussian data.
+
+SymPy derives the Hermite coefficients of activations and targets, the feature ODE predicting the loss curve is
+assembled from named terms, compiled and integrated, and validated against real PyTorch training of the network.
+Commands that take a CONFIG read one TOML file (see README "Configuration"); without one they use the built-in
+default run (staircase(2), d = 16, width 1024, richness 0.5)."""
+
+EPILOG = """\
+examples:
+  featureode hermite relu --max-degree 4                   Hermite coefficients of ReLU
+  featureode decompose "x0^2 + staircase(3)" --dim 8       Hermite modes of a target
+  featureode kernel examples/staircase3.toml --json        λ_β(0), Λ_l, c_l of a config
+  featureode derive examples/staircase3.toml --latex ode.tex
+  featureode solve examples/staircase3.toml --out runs/s3  the ODE variants alone (seconds)
+  featureode compare --out featureode-out                  ODE vs MLP on the default run
+  featureode validate quick --out runs/quick               a small validation grid
+
+Errors are one line "featureode: error: ..." with exit status 2 (--traceback shows the traceback);
+"featureode COMMAND --help" describes the arguments of a command."""
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer ≥ ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer ≥ {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer ≥ {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _real(positive: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number (``> 0`` when ``positive``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not math.isfinite(value) or (positive and value <= 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number{' > 0' if positive else ''}, got {text}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (DESIGN §6)."""
-    p = argparse.ArgumentParser(prog="featureode", description=__doc__.split("\n")[0])
-    p.add_argument("--traceback", action="store_true", help="show Python tracebacks on errors")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = argparse.ArgumentParser(prog="featureode", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--traceback", action="store_true",
+                   help="on an error, show the Python traceback instead of the one-line message")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="one of these (featureode COMMAND --help for its arguments):")
 
     def add(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
         sp_ = sub.add_parser(name, help=help, description=help)
         sp_.set_defaults(func=fn)
         return sp_
 
+    config_help = "TOML config file (default: the built-in example run)"
+    json_help = "print the result as JSON (the keys of DESIGN §6) instead of a table"
+
     h = add("hermite", cmd_hermite, "Hermite coefficients μ_0..μ_N of an activation")
-    h.add_argument("activation", help="registered name (relu, erf, tanh, …) or an expression in u")
-    h.add_argument("--max-degree", type=int, required=True)
-    h.add_argument("--bias", type=float, default=0.0, help="b in σ(s ξ + b)")
-    h.add_argument("--scale", type=float, default=1.0, help="s in σ(s ξ + b)")
-    h.add_argument("--json", action="store_true")
+    h.add_argument("activation", help="registered name (relu, erf, tanh, …) or an expression in u, e.g. 'u*tanh(u)'")
+    h.add_argument("--max-degree", type=_count(0), required=True, metavar="N",
+                   help="highest degree N ≥ 0")
+    h.add_argument("--bias", type=_real(), default=0.0, metavar="B", help="b in σ(s ξ + b) (default 0)")
+    h.add_argument("--scale", type=_real(positive=True), default=1.0, metavar="S",
+                   help="s > 0 in σ(s ξ + b) (default 1)")
+    h.add_argument("--json", action="store_true", help=json_help)
 
     d = add("decompose", cmd_decompose, "Hermite modes and coefficients of a target")
     d.add_argument("target", help='e.g. "staircase(3)", "x0^2 + 0.5*x1*x2", "z0*z1 + h2(z0)"')
-    d.add_argument("--dim", type=int, required=True)
-    d.add_argument("--exponent", type=float, default=1.5)
-    d.add_argument("--offset", type=float, default=3.0)
-    d.add_argument("--no-normalize", action="store_true", help="keep the coefficients as written")
-    d.add_argument("--json", action="store_true")
+    d.add_argument("--dim", type=_count(1), required=True, metavar="D", help="input dimension d ≥ 1")
+    d.add_argument("--exponent", type=_real(), default=1.5, metavar="A",
+                   help="power-law spectrum g_i ∝ (i + O)^(-A), A ≥ 0 (default 1.5)")
+    d.add_argument("--offset", type=_real(positive=True), default=3.0, metavar="O",
+                   help="offset O > 0 of the power law (default 3)")
+    d.add_argument("--no-normalize", action="store_true",
+                   help="keep the coefficients as written (default: unit variance, constant reported apart)")
+    d.add_argument("--json", action="store_true", help=json_help)
 
     k = add("kernel", cmd_kernel, "init NTK eigenvalues (exact and HEA) and closure constants of a config")
-    k.add_argument("config", nargs="?", default=None, help="TOML config (default: the built-in example)")
-    k.add_argument("--json", action="store_true")
+    k.add_argument("config", nargs="?", default=None, help=config_help)
+    k.add_argument("--json", action="store_true", help=json_help)
     k.add_argument("--hea-figure", metavar="PNG", help="also plot HEA/exact per level for d = 8, 32, 128 (isotropic "
                    "and the config's power law) with the config's activation and bias_std")
 
     dv = add("derive", cmd_derive, "standalone LaTeX document of the ODE system of a config")
-    dv.add_argument("config", nargs="?", default=None)
-    dv.add_argument("--latex", metavar="FILE", help="write the document here (default: print)")
+    dv.add_argument("config", nargs="?", default=None, help=config_help)
+    dv.add_argument("--latex", metavar="FILE", help="write the document here (default: print it)")
 
     for name, fn, help_ in (("solve", cmd_solve, "integrate the ODE variants of a config"),
                             ("simulate", cmd_simulate, "train the MLP of a config"),
                             ("compare", cmd_compare, "ODE vs MLP on one config: report.json/.md/.png")):
         c = add(name, fn, help_)
-        c.add_argument("config", nargs="?", default=None, help="TOML config (default: the built-in example)")
-        c.add_argument("--out", required=name != "compare", default="featureode-out", metavar="DIR")
-        c.add_argument("--force", action="store_true", help="overwrite results of a different config in DIR")
+        c.add_argument("config", nargs="?", default=None, help=config_help)
+        c.add_argument("--out", required=name != "compare", default="featureode-out", metavar="DIR",
+                       help="output folder" + (" (default: featureode-out)" if name == "compare" else ""))
+        c.add_argument("--force", action="store_true",
+                       help="use DIR even if it holds results of a different config: remove those (and damaged "
+                            "result files) and recompute")
         if name != "solve":
             c.add_argument("--quiet", action="store_true", help="no progress bar")
         if name == "simulate":
             c.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt")
+        if name == "compare":
+            c.add_argument("--figure-variant", action="append", metavar="NAME",
+                           help="ODE variant drawn in the figure's mode and eigenvalue panels (repeatable; default: "
+                                "displacement if listed, else the first)")
 
     from .grid import suite_names
 
@@ -321,8 +389,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The exceptions that are the user's input or environment, not a bug: ``main`` prints their message as one line
+#: ``featureode: error: …`` and exits with status 2. Package errors are named by (module, class) and looked up only
+#: in modules already imported (an exception of a module never imported cannot have been raised), so listing them
+#: imports nothing heavy.
+USER_ERRORS: tuple[tuple[str, str], ...] = (
+    ("featureode.config", "ConfigError"), ("featureode.data", "DataError"), ("featureode.targets", "TargetError"),
+    ("featureode.activations", "ActivationError"), ("featureode.hermite", "ModeError"),
+    ("featureode.variants", "VariantError"), ("featureode.indexed", "IndexedExpressionError"),
+    ("featureode.ode", "AssemblyError"), ("featureode.compile", "CompileError"), ("featureode.kernel", "KernelError"),
+    ("featureode.parametrization", "ParametrizationError"), ("featureode.trajectory", "TrajectoryFileError"),
+    ("featureode.mlp", "MLPError"), ("featureode.solve", "SolveError"), ("featureode.runs", "RunFolderError"),
+    ("builtins", "FileExistsError"), ("builtins", "FileNotFoundError"), ("builtins", "PermissionError"),
+    ("builtins", "IsADirectoryError"), ("builtins", "NotADirectoryError"))
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """The classes of :data:`USER_ERRORS` whose modules are imported."""
+    return tuple(getattr(sys.modules[mod], name) for mod, name in USER_ERRORS if mod in sys.modules)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; bad input gives ``featureode: error: …`` on stderr and exit status 2."""
+    """Run the CLI: 0 on success; a user error (:data:`USER_ERRORS`) gives ``featureode: error: …`` on stderr and
+    exit status 2, an interrupt ``featureode: interrupted…`` and 130 (``--traceback``: re-raise both)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -332,13 +421,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print("featureode: interrupted", file=sys.stderr)
-        return 130
-    except (ValueError, FileExistsError, FileNotFoundError, RuntimeError) as exc:
+    except KeyboardInterrupt as exc:
         if args.traceback:
             raise
-        print(f"featureode: error: {exc}", file=sys.stderr)
+        print("featureode: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.traceback or not isinstance(exc, user_error_types()):
+            raise
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"featureode: error: {text}", file=sys.stderr)
         return 2
 
 

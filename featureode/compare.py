@@ -1,14 +1,9 @@
-"""ODE vs MLP comparison (DESIGN §5–6): metrics, ``report.json``/``report.md``/``report.png``, validation suites.
+"""ODE vs MLP on one config (DESIGN §5–6): :func:`compare_config` solves every ODE variant, simulates the MLP (or
+reuses a finished simulation in the folder) and writes the report.
 
-Metrics for each ODE variant against the MLP on the same config (no constant is fitted):
-
-* ``t50``, ``t10``: first time the normalised loss ``L(t)/L(0)`` falls below 0.5 / 0.1 (log-linear interpolation);
-* ``t50_ratio``, ``t10_ratio``: ODE / MLP;
-* ``log_rms``: RMS of ``log L_ode − log L_mlp`` on the MLP's (log-spaced) measurement times where the MLP loss is
-  above 1e-2 (ODE interpolated log-linearly in t).
-
-Both the MLP test loss and its in-support loss ``Σ_β (v_β − f_β)² / Σ v_β²`` (projections on the target's modes)
-are compared; the ODE's loss on the target basis is an in-support loss by construction.
+The jobs live in their own modules: the curve metrics and the :class:`~featureode.metrics.Ratio` of two crossing
+times in :mod:`featureode.metrics`, run folders (stamp, lock, cached results) in :mod:`featureode.runs`, the
+:class:`~featureode.report.Report` and its ``report.json``/``report.md``/``report.png`` in :mod:`featureode.report`.
 """
 from __future__ import annotations
 
@@ -22,269 +17,73 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .config import MLP_SECTIONS, SECTIONS, Config, config_from_dict
-from .metrics import crossing_time, in_support_loss, ratio_range
+from . import runs
+from .config import SECTIONS, Config, config_from_dict
+from .metrics import Ratio
+from .report import Report, build_report, figure_variants
+from .trajectory import ODEResult
+
+
+def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
+                   figure_variant: "str | Sequence[str] | None" = None) -> Report:
+    """Solve every ODE variant of ``cfg`` into ``out/ode.json``, simulate the MLP into ``out/mlp.json`` (or reuse a
+    finished simulation of the same config there), and write ``out/report.json``, ``report.md``, ``report.png``.
+    ``figure_variant``: the ODE variant(s) of the figure's mode and eigenvalue panels (default ``displacement``).
+    The folder is locked while it runs (:func:`featureode.runs.locked`). Returns the :class:`Report`."""
+    from .solve import SolveError, solve_config
+    from .variants import variants_from_config
+
+    figure_variants([v.label for v in variants_from_config(cfg.ode)], figure_variant)  # checked before the work
+    out = Path(out)
+    with runs.locked(out):
+        t0 = time.time()
+        try:
+            solve_config(cfg, out)
+        except SolveError:  # ode.json is written first and keeps each failed variant with its error
+            pass
+        ode = ODEResult.load(out)
+        mlp = runs.mlp_trajectory(cfg, out, progress=progress)
+        report = build_report(cfg, ode, mlp, wall_s=time.time() - t0)
+        report.write(out, variant=figure_variant)
+    return report
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# metrics
+# shims of the helpers that the validation-suites section below was written against — removed at merge, together
+# with that section (the suites move to their own module)
 # ----------------------------------------------------------------------------------------------------------------
-def interp_log(t_new: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``y(t_new)`` interpolating ``log y`` linearly in ``t`` (``y > 0``); NaN outside ``[t_0, t_end]``."""
-    t, y = np.asarray(t, float), np.asarray(y, float)
-    out = np.exp(np.interp(t_new, t, np.log(np.maximum(y, 1e-300))))
-    out[(t_new < t[0]) | (t_new > t[-1])] = np.nan
-    return out
+def guard_output_dir(out: Path, cfg: Config, force: bool = False) -> None:  # removed at merge
+    runs.prepare(out, cfg, force=force)
+    runs.release(out)
 
 
-def normalised(loss: Sequence[float]) -> np.ndarray:
-    """``L(t)/L(0)`` (the first sample is ``t = 0``)."""
-    arr = np.asarray(loss, float)
-    if arr.size == 0 or not arr[0] > 0:
-        raise ValueError(f"a loss curve must start with a positive L(0), got {arr[:1]}")
-    return arr / arr[0]
+def _cached(path: Path, cfg: Config, sections: tuple[str, ...]) -> dict | None:  # removed at merge
+    return runs.cached_report(Path(path).parent, cfg)
 
 
-def curve_metrics(t_ode: Sequence[float], loss_ode: Sequence[float], t_ref: Sequence[float],
-                  loss_ref: Sequence[float], floor: float = 1e-2) -> dict[str, Any]:
-    """Metrics of DESIGN §5 for one ODE curve against one reference (MLP) curve, both as ``L/L(0)``.
-
-    ``t50``/``t10``: the ODE's crossing times; ``t50_ratio``/``t10_ratio``: ODE/MLP, ``None`` unless both curves
-    cross; ``t50_ratio_range``/``t10_ratio_range``: ``[lo, hi]`` from :func:`~featureode.metrics.ratio_range`, so a
-    curve that ends before crossing still bounds the ratio (``hi = None`` for no upper bound; ``None`` when neither
-    crosses)."""
-    t_o, l_o = np.asarray(t_ode, float), normalised(loss_ode)
-    t_r, l_r = np.asarray(t_ref, float), normalised(loss_ref)
-    out: dict[str, Any] = {}
-    for key, level in (("t50", 0.5), ("t10", 0.1)):
-        a, b = crossing_time(t_o, l_o, level), crossing_time(t_r, l_r, level)
-        out[key] = a
-        out[f"{key}_ratio"] = None if a is None or b is None or b == 0 else a / b
-        rng = ratio_range(a, float(t_o[-1]), b, float(t_r[-1]))
-        out[f"{key}_ratio_range"] = stored_range(rng)
-    mask = (l_r > floor) & (t_r > 0) & (t_r <= t_o[-1])
-    if mask.any():
-        diff = np.log(interp_log(t_r[mask], t_o, l_o)) - np.log(l_r[mask])
-        out["log_rms"] = float(np.sqrt(np.nanmean(diff**2)))
-    else:
-        out["log_rms"] = None
-    return out
+def ratio_bounds(v: dict, key: str) -> tuple[float, float] | None:  # removed at merge
+    r = Ratio.from_entry(v, key)
+    return None if r.is_unknown else (r.lo, r.hi)
 
 
-def ratio_bounds(v: dict, key: str) -> tuple[float, float] | None:
-    """Where a variant's ratio ``key`` (``"t50_ratio"``, ``"t10_ratio"``) lies: its ``key + "_range"`` entry (upper
-    end ``None`` = ∞) if it has one, else the exact value, else ``None``."""
-    if f"{key}_range" in v:
-        return _as_range(v[f"{key}_range"])
-    x = v.get(key)
-    return None if x is None else (float(x), float(x))
+def _as_range(r: Sequence[float | None] | None) -> tuple[float, float] | None:  # removed at merge
+    return None if r is None else (Ratio.from_json(r).lo, Ratio.from_json(r).hi)
 
 
-def _as_range(r: Sequence[float | None] | None) -> tuple[float, float] | None:
-    """A stored ``[lo, hi]`` (``hi = None``: ∞) as a tuple; the inverse of :func:`stored_range`."""
-    return None if r is None else (float(r[0]), math.inf if r[1] is None else float(r[1]))
-
-
-def stored_range(rng: tuple[float, float] | None) -> list[float | None] | None:
-    """A ratio range ``(lo, hi)`` as JSON can hold it: ``[lo, hi]`` with ``hi = None`` for ∞."""
+def stored_range(rng: tuple[float, float] | None) -> list[float | None] | None:  # removed at merge
     return None if rng is None else [rng[0], rng[1] if math.isfinite(rng[1]) else None]
 
 
-def ratio_text(rng: tuple[float, float] | None, digits: int = 3) -> str:
-    """A ratio range as text: the value, ``< hi``, ``> lo``, ``[lo, hi]``, or ``—``."""
-    if rng is None:
-        return "—"
-    lo, hi = rng
-    if lo == hi:
-        return f"{lo:.{digits}g}"
-    if lo == 0:
-        return f"< {hi:.{digits}g}"
-    if math.isinf(hi):
-        return f"> {lo:.{digits}g}"
-    return f"[{lo:.{digits}g}, {hi:.{digits}g}]"
+def ratio_text(rng: tuple[float, float] | None, digits: int = 3) -> str:  # removed at merge
+    return "—" if rng is None else Ratio(*rng).text(digits)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# output folders and caching
-# ----------------------------------------------------------------------------------------------------------------
-def guard_output_dir(out: Path, cfg: Config, force: bool = False) -> None:
-    """Create ``out`` and stamp it with the config; refuse a folder stamped with a different config.
-
-    ``out/config.json`` records the config and its digest. A folder holding results of another config is refused
-    unless ``force`` (then its stamp is replaced and stale results are overwritten as they are recomputed).
-    """
-    out = Path(out)
-    stamp = out / "config.json"
-    if stamp.exists() and not force:
-        old = json.loads(stamp.read_text())
-        if old.get("digest") != cfg.digest():
-            changed = sorted(f"[{sec}] {k}" for sec, vals in cfg.to_dict().items()
-                             for k, v in vals.items() if old.get("config", {}).get(sec, {}).get(k) != v)
-            raise FileExistsError(f"{out} holds results of a different config (changed: {', '.join(changed)}); "
-                                  "choose another --out or pass --force")
-    out.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source},
-                                indent=2, default=str))
-
-
-def _cached(path: Path, cfg: Config, sections: tuple[str, ...]) -> dict | None:
-    """A result file written for the same config sections, or ``None``."""
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
-    return data if data.get("digest") == cfg.digest(sections) else None
-
-
-def run_mlp(cfg: Config, out: Path, progress: bool = True) -> dict:
-    """Simulate the MLP of ``cfg`` into ``out`` or reuse ``out/mlp.json`` from the same config."""
-    from .mlp import simulate_config
-
-    cached = _cached(out / "mlp.json", cfg, MLP_SECTIONS)
-    if cached is not None and cached.get("complete", True):
-        return cached
-    # simulate_config writes out/mlp.json, stamped with the digest of the MLP's config sections
-    return simulate_config(cfg, out, resume=(out / "checkpoint.pt").exists(), progress=progress)
-
-
-def json_default(o: Any) -> Any:
-    """``json.dumps`` fallback: NumPy arrays and scalars as lists and numbers; anything else is an error."""
+def json_default(o: Any) -> Any:  # removed at merge (cli._print_json: use featureode.trajectory.json_ready)
     if isinstance(o, np.ndarray):
         return o.tolist()
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
     raise TypeError(f"cannot serialise {type(o).__name__}")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# the comparison
-# ----------------------------------------------------------------------------------------------------------------
-def build_report(cfg: Config, ode: dict, mlp: dict) -> dict:
-    """``report.json`` content (DESIGN §6) from the ODE and MLP results of one config."""
-    t_m = np.asarray(mlp["t"], float)
-    test = normalised(mlp["loss"])
-    insup = np.asarray(mlp["in_support_loss"], float)
-    mlp_rep = {"t": t_m.tolist(), "loss": test.tolist(), "in_support_loss": insup.tolist(),
-               "t50": crossing_time(t_m, test, 0.5), "t10": crossing_time(t_m, test, 0.1),
-               "in_support_t50": crossing_time(t_m, insup / insup[0], 0.5),
-               "in_support_t10": crossing_time(t_m, insup / insup[0], 0.1),
-               "complete": mlp.get("complete", True), "reached_t": mlp.get("reached_t", float(t_m[-1]))}
-    variants: dict[str, dict] = {}
-    for name, v in ode["variants"].items():
-        if len(v.get("t", [])) < 2:
-            variants[name] = {"t": [], "loss": [], "t50": None, "t10": None, "t50_ratio": None, "t10_ratio": None,
-                              "log_rms": None, "in_support": {}, "error": v.get("error", "no solution")}
-            continue
-        met = curve_metrics(v["t"], v["loss"], t_m, test)
-        # the ODE's loss on the target's modes only (on an extended basis the other modes are left out, as in the
-        # MLP's in-support loss)
-        ins = curve_metrics(v["t"], in_support_loss(v["f"], ode["target"]), t_m, insup)
-        variants[name] = {"t": list(v["t"]), "loss": normalised(v["loss"]).tolist(), **met,
-                          "in_support": {k: ins[k] for k in ("t50_ratio", "t10_ratio", "log_rms", "t50_ratio_range",
-                                                             "t10_ratio_range")}}
-        if v.get("error"):
-            variants[name]["error"] = v["error"]
-    return {"config": cfg.to_dict(), "modes": ode["modes"], "mlp": mlp_rep, "variants": variants}
-
-
-def report_markdown(cfg: Config, report: dict) -> str:
-    """The metrics table of ``report.md``."""
-    m = report["mlp"]
-    f = lambda x, p=3: "—" if x is None else f"{x:.{p}g}"  # noqa: E731
-    lines = [f"# featureode compare: `{cfg.target.expr}`, d = {cfg.data.dim}, γ = {cfg.network.richness}, "
-             f"{cfg.network.activation}, N = {cfg.network.width}",
-             "",
-             f"MLP (test loss): t50 = {f(m['t50'], 4)}, t10 = {f(m['t10'], 4)}; in-support loss: "
-             f"t50 = {f(m['in_support_t50'], 4)}, t10 = {f(m['in_support_t10'], 4)}"
-             + ("" if m["complete"] else f" — **MLP stopped early at t = {m['reached_t']:.4g}**"),
-             "",
-             "No constant below is fitted: every ODE constant is derived from the network's parametrisation.",
-             "",
-             "| variant | t50 | t10 | t50 ratio | t10 ratio | log-RMS | t50 ratio (in-support) | "
-             "t10 ratio (in-support) | log-RMS (in-support) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for name, v in report["variants"].items():
-        s = {k: None for k in ("t50_ratio", "t10_ratio", "log_rms")} | v["in_support"]
-        r50, r10, i50, i10 = (ratio_text(ratio_bounds(x, k)) for x in (v, s) for k in ("t50_ratio", "t10_ratio"))
-        lines.append(f"| {name} | {f(v['t50'], 4)} | {f(v['t10'], 4)} | {r50} | {r10} | "
-                     f"{f(v['log_rms'])} | {i50} | {i10} | {f(s['log_rms'])} |")
-    lines += [f"\n**{name} failed**: {v['error']}" for name, v in report["variants"].items() if v.get("error")]
-    lines += ["", "Ratios are ODE/MLP (`< x`, `> x`: a bound, where one curve ends before it crosses); log-RMS is the "
-              "RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",
-              "![report](report.png)", ""]
-    return "\n".join(lines)
-
-
-def report_figure(path: Path, cfg: Config, ode: dict, mlp: dict, report: dict) -> None:
-    """Three panels on shared log-time axes: loss, mode coefficients ``f_β(t)``, eigenvalues ``λ_β(t)``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), sharex=True)
-    t_m = np.asarray(mlp["t"], float)
-    pos = t_m > 0
-    ax = axes[0]
-    ax.plot(t_m[pos], np.asarray(report["mlp"]["loss"])[pos], "k-", lw=2.2, label="MLP test loss")
-    ax.plot(t_m[pos], np.asarray(report["mlp"]["in_support_loss"])[pos], "k--", lw=1.5, label="MLP in-support")
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for c, (name, v) in zip(colors, report["variants"].items()):
-        if not v["t"]:
-            continue
-        t = np.asarray(v["t"], float)
-        ax.plot(t[t > 0], np.asarray(v["loss"])[t > 0], color=c, label=f"ODE {name}")
-    ax.set(xscale="log", yscale="log", xlabel="t", ylabel="L(t)/L(0)", title="loss")
-    ax.set_ylim(bottom=max(1e-4, ax.get_ylim()[0]))
-    ax.legend(fontsize=8)
-
-    mlp_modes, ode_modes = list(mlp["modes"]), list(ode["modes"])
-    shown = [m for m in mlp_modes if m in ode_modes][:6]
-    key = "displacement" if "displacement" in ode["variants"] else next(iter(ode["variants"]))
-    shown_variant = ode["variants"][key]
-    for ax, field, title in ((axes[1], "f", "mode coefficients f_β(t)"), (axes[2], "lambda", "eigenvalues λ_β(t)")):
-        for c, mode in zip(colors, shown):
-            i, j = mlp_modes.index(mode), ode_modes.index(mode)
-            y = np.asarray(mlp[field], float)[:, i]
-            ax.plot(t_m[pos], y[pos], "o", ms=3, color=c, label=f"MLP {mode}")
-            if field == "f" and "f_stderr" in mlp:
-                e = np.asarray(mlp["f_stderr"], float)[:, i]
-                ax.fill_between(t_m[pos], (y - 2 * e)[pos], (y + 2 * e)[pos], color=c, alpha=0.2, lw=0)
-            if field not in shown_variant:
-                continue
-            t = np.asarray(shown_variant["t"], float)
-            ax.plot(t[t > 0], np.asarray(shown_variant[field], float)[t > 0, j], "-", color=c, label=f"ODE {key} {mode}")
-        ax.set(xscale="log", xlabel="t", title=title)
-        if field == "lambda":
-            ax.set_yscale("log")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{cfg.target.expr}, d = {cfg.data.dim}, γ = {cfg.network.richness}, {cfg.network.activation}, "
-                 f"N = {cfg.network.width} (bands: ±2 s.e.)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def compare_config(cfg: Config, out: "str | Path", progress: bool = True) -> dict:
-    """Solve every ODE variant, simulate (or reuse) the MLP, and write ``report.json``, ``report.md``, ``report.png``."""
-    from .solve import SolveError, solve_config
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    try:
-        ode = solve_config(cfg, out)
-    except SolveError as exc:  # a variant that failed keeps its partial curve and an "error" key
-        ode = exc.result
-    mlp = run_mlp(cfg, out, progress=progress)
-    report = build_report(cfg, ode, mlp)
-    report.update(digest=cfg.digest(tuple(SECTIONS)), wall_s=time.time() - t0)
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=json_default))
-    (out / "report.md").write_text(report_markdown(cfg, report))
-    report_figure(out / "report.png", cfg, ode, mlp, report)
-    return report
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,23 +1,34 @@
 """Run configuration (DESIGN §6): one TOML file drives ``kernel``, ``derive``, ``solve``, ``simulate``, ``compare``.
 
-Every table and key is declared here with its default; an unknown key is an error that names it and suggests the
-closest valid key, and a missing required key (``target.expr``) is an error too.
+Every table and key is declared here with its default and its valid range (:data:`RULES`). Loading checks them all
+and refuses a bad file with one line that names the key, the value and the fix: an unknown key or table (with the
+closest valid name), a missing required key (``target.expr``), a value of the wrong type (a string for a number, a
+fraction for an integer), a number outside its range (NaN and ±inf included), an unknown name for a choice key
+(with the closest valid name), inconsistent ``[data]`` keys, an unparsable target and unknown variants.
+
+Integers may be written as floats that are whole numbers (``width = 1e3`` is TOML's float 1000.0 and reads as
+1000); ``width = 1.5`` is refused.
 """
 from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import hashlib
 import json
 import math
+import os
+import re
+import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .activations import get_activation
-from .data import Spectrum
-from .targets import Target, parse_target
+from .activations import ActivationError, get_activation
+from .data import MAX_DIM, DataError, Spectrum
+from .parametrization import PARAMETRIZATIONS
+from .targets import Target, TargetError, check_target_text, parse_target
 
 
 class ConfigError(ValueError):
@@ -30,8 +41,8 @@ class DataConfig:
     dim: int = 16
     exponent: float = 1.5
     offset: float = 3.0
-    eigenvalues: list | None = None
-    covariance: list | None = None
+    eigenvalues: list | None = None   # g_0 ≥ g_1 ≥ … > 0 (descending, DESIGN §1); len = dim
+    covariance: list | None = None    # a symmetric positive definite dim × dim matrix (x in the user's coordinates)
 
 
 @dataclass
@@ -67,8 +78,10 @@ class TrainingConfig:
     n_test: int = 20_000
     n_points: int = 60            # log-spaced measurement times
     t_min: float = 0.1            # first measurement time after 0
-    checkpoint_every: int = 2000
-    threads: int = 0              # 0 → torch default
+    checkpoint_every: int = 2000  # steps between checkpoints (0: only when interrupted)
+    # CPU threads of torch (0: torch's default, one per core). 1 by default: on a shared 2-core machine whose other
+    # core is busy the default run took 125–317 s with torch's 2 threads against 34 s with one.
+    threads: int = 1
     compile: bool = True          # torch.compile the SGD step and measurement kernel (eager fallback)
     stop_loss: float = 0.0        # stop once the test loss L/L(0) ≤ stop_loss at a measurement (0: run to t_max)
 
@@ -97,7 +110,200 @@ SECTIONS = {"data": DataConfig, "target": TargetConfig, "network": NetworkConfig
 #: The sections that define an MLP simulation (its results depend on nothing else).
 MLP_SECTIONS = ("data", "target", "network", "training")
 
+#: Run-time-only keys ("table.key"): they change how a run is carried out, not what it computes, so they are not
+#: part of a config's identity (:meth:`Config.digest`, which keys output folders and result caches): a folder made
+#: with other values of these keys is reused. Measured on CPU with the same seed: ``checkpoint_every`` (0 vs 7)
+#: leaves every number bit-identical; ``threads`` (1 vs 2) is bit-identical on the default run (N = 1024, B = 2048,
+#: to t = 3), while ``threads`` and ``compile`` change float32 round-off on a small one (N = 128, B = 512, d = 8, to
+#: t = 30: up to 6e-8 in L/L(0), far below seed-to-seed noise), so a reused result may differ from a fresh one there.
+#: ``device`` enters the digest through what it resolves to: ``"auto"`` and ``"cpu"`` are one identity on a machine
+#: without CUDA, while CPU and CUDA runs (other kernels, reduction orders and batching) are different identities.
+RUNTIME_KEYS = ("training.checkpoint_every", "training.threads", "training.compile", "training.device")
+# the value a run-time key is hashed as, so that digests made before these keys left the hash stay valid where they
+# can: checkpoint_every and compile at their defaults, threads at 1, the value of every validation-suite run (all 25
+# cases of the shipped suites keep their digests; a config that ran with the old default threads = 0, such as the
+# default `compare`, gets a new digest once); ``device`` is hashed as "auto" on the CPU and as "cuda" otherwise
+_DIGEST_AS = {"training.checkpoint_every": 2000, "training.threads": 1, "training.compile": True}
 
+_ODE_METHODS = ("RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA")  # scipy.integrate.solve_ivp
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# key rules
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Num:
+    """A numeric key: integer or real, finite, in ``[lo, hi]`` (ends open when ``lo_open``/``hi_open``);
+    ``optional``: the key may be absent (``None``); ``why``: the reason, shown with the error."""
+    kind: type
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    why: str = ""
+    optional: bool = False
+
+    def range_text(self) -> str:
+        """The valid range as text, e.g. ``> 0``, ``≥ 1``, ``in [0, 1)``."""
+        if self.lo is not None and self.hi is not None:
+            return f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '≥'} {self.lo:g}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '≤'} {self.hi:g}"
+        return "finite"
+
+    def contains(self, x: float) -> bool:
+        """Whether ``x`` (finite) is in the range."""
+        if self.lo is not None and (x < self.lo or (self.lo_open and x == self.lo)):
+            return False
+        return not (self.hi is not None and (x > self.hi or (self.hi_open and x == self.hi)))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A string key with a fixed set of valid names (``pattern``: a regular expression for further valid names)."""
+    options: tuple[str, ...]
+    pattern: str = ""
+
+
+_POS = dict(lo=0, lo_open=True)
+#: The valid value of every key that is not a plain bool/string/list/table (those are type-checked from defaults).
+RULES: dict[str, dict[str, "Num | Choice"]] = {
+    "data": {
+        "dim": Num(int, 1, MAX_DIM, why="the input dimension d; the spectrum, weights and samples hold d numbers"),
+        "exponent": Num(float, 0, why="g_i ∝ (i + offset)^(−exponent) must be non-increasing (DESIGN §1)"),
+        "offset": Num(float, **_POS, why="the power law needs i + offset > 0 from i = 0"),
+    },
+    "network": {
+        "width": Num(int, 1, why="the number of neurons N"),
+        "richness": Num(float, **_POS, why="γ → 0 is the lazy limit, γ ≈ 0.5 rich"),
+        "bias_std": Num(float, 0, why="the standard deviation σ_b of the initial biases"),
+        "parametrization": Choice(tuple(PARAMETRIZATIONS)),
+    },
+    "training": {
+        "batch": Num(int, 1, why="samples per SGD step"),
+        "t_max": Num(float, **_POS, why="the gradient-flow time to train to"),
+        "seed": Num(int, 0, 2**32, hi_open=True, why="seeds are 32-bit: larger ones would repeat smaller ones"),
+        "device": Choice(("auto", "cpu", "cuda"), pattern=r"cuda:\d+"),
+        "dtype": Choice(("float32", "float64")),
+        "eta_max": Num(float, **_POS, why="the largest gradient-flow step η"),
+        "eta_safety": Num(float, **_POS, why="η = eta_safety/λ_top; 0.5 is safe, ≥ 2 diverges"),
+        "ntk_every": Num(int, 1, why="steps between measurements of λ_top"),
+        "ntk_probe": Num(int, 1, why="samples in the probe set of λ_top"),
+        "max_steps": Num(int, 1, why="the most SGD steps of a run"),
+        "n_test": Num(int, 1, why="samples in the test set"),
+        "n_points": Num(int, 1, why="log-spaced measurement times"),
+        "t_min": Num(float, **_POS, why="the first measurement time after t = 0 (log-spaced times)"),
+        "checkpoint_every": Num(int, 0, why="steps between checkpoints; 0 saves only when interrupted"),
+        "threads": Num(int, 0, why="torch CPU threads; 0 is torch's default"),
+        "stop_loss": Num(float, 0, 1, hi_open=True, why="a floor on L/L(0); 0 runs to t_max"),
+    },
+    "ode": {
+        "eigenvalues": Choice(("exact", "hea")),
+        "basis": Choice(("target", "extended")),
+        "kappa": Num(float, 0, why="the AGOP constant κ; leave it out to derive κ = γ² c_1/Λ_1²", optional=True),
+        "extended_degree": Num(int, 0, why="extra degrees of the extended basis"),
+        "extended_max_modes": Num(int, 1, why="the most modes of the extended basis"),
+        "method": Choice(_ODE_METHODS),
+        "rtol": Num(float, 0, 1, lo_open=True, hi_open=True, why="the relative tolerance of solve_ivp"),
+        "atol": Num(float, **_POS, why="the absolute tolerance of solve_ivp"),
+        "n_points": Num(int, 2, why="output times of the ODE solution (t = 0 and log-spaced times)"),
+        "backend": Choice(("numpy", "numba")),
+    },
+}
+
+
+def _suggest(key: str, options: list[str], what: str = "valid keys") -> str:
+    lower = {o.lower(): o for o in options}
+    close = difflib.get_close_matches(key.lower(), list(lower), n=1, cutoff=0.5)
+    return f"; did you mean {lower[close[0]]!r}?" if close else f"; {what}: {', '.join(options)}"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"{value!r} (a string; write numbers without quotes)"
+    return repr(value)
+
+
+def _check_num(where: str, value: Any, rule: Num) -> Any:
+    if value is None and rule.optional:
+        return None
+    kind = "an integer" if rule.kind is int else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where} must be {kind} {rule.range_text()}, got {_shown(value)} ({rule.why})")
+    if not math.isfinite(value):
+        raise ConfigError(f"{where} is {value}; give a finite number {rule.range_text()} ({rule.why})")
+    if rule.kind is int:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ConfigError(f"{where} must be an integer {rule.range_text()}, got {value!r} ({rule.why})")
+            value = int(value)
+    else:
+        value = float(value)
+    if not rule.contains(value):
+        raise ConfigError(f"{where} must be {rule.range_text()}, got {value!r} ({rule.why})")
+    return value
+
+
+def _check_choice(where: str, value: Any, rule: Choice) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be one of {', '.join(map(repr, rule.options))}, got {_shown(value)}")
+    if value in rule.options or (rule.pattern and re.fullmatch(rule.pattern, value)):
+        return value
+    raise ConfigError(f"{where} {value!r} is not valid" + _suggest(value, list(rule.options), "valid values"))
+
+
+def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
+    """``value`` of ``[section] key`` checked against its rule or, without one, against the default's type."""
+    where = f"[{section}] {key}"
+    rule = RULES.get(section, {}).get(key)
+    if isinstance(rule, Num):
+        return _check_num(where, value, rule)
+    if isinstance(rule, Choice):
+        return _check_choice(where, value, rule)
+    if default is None:  # [data] eigenvalues / covariance: lists, checked with the rest of [data]
+        if value is not None and not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, got {_shown(value)}")
+        return value
+    for typ, name in ((bool, "true or false"), (str, "a string"), (list, "a list"), (dict, "a table")):
+        if isinstance(default, typ) and not isinstance(value, typ):
+            raise ConfigError(f"{where} must be {name}, got {value!r}")
+    if isinstance(default, list) and not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of names (strings), got {value!r}")
+    return value
+
+
+# device files of an NVIDIA driver (Linux, WSL): without any of them CUDA cannot be available
+_CUDA_DEVICE_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+@functools.lru_cache(maxsize=None)
+def resolved_device(name: str) -> str:
+    """What ``[training] device`` runs on: ``"cpu"`` or ``"cuda[:k]"`` (``"auto"``: CUDA when available).
+
+    Imports torch only when a GPU driver is present (else ``"auto"`` is the CPU, found without the 1–2 s import);
+    raises :class:`ConfigError` when CUDA is asked for and there is none."""
+    if name == "cpu":
+        return "cpu"
+    if "torch" in sys.modules or any(os.path.exists(f) for f in _CUDA_DEVICE_FILES):
+        import torch
+
+        available = torch.cuda.is_available()
+    else:
+        available = False
+    if name == "auto":
+        return "cuda" if available else "cpu"
+    if not available:
+        raise ConfigError(f"[training] device = {name!r} but CUDA is not available here; use 'auto' or 'cpu'")
+    return name
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the config
+# ----------------------------------------------------------------------------------------------------------------
 @dataclass
 class Config:
     """A validated run configuration: one dataclass per table (DESIGN §6)."""
@@ -110,16 +316,22 @@ class Config:
 
     # derived objects --------------------------------------------------------------------------------------------
     def spectrum(self) -> Spectrum:
-        """The covariance spectrum of ``[data]``."""
+        """The covariance spectrum of ``[data]`` (in descending order; a covariance is diagonalised)."""
         d = self.data
-        if d.covariance is not None:
-            return Spectrum.from_covariance(d.covariance)
-        if d.eigenvalues is not None:
-            sp_ = Spectrum.from_eigenvalues(d.eigenvalues)
-            if sp_.dim != d.dim:
-                raise ConfigError(f"[data] eigenvalues has {sp_.dim} entries but dim = {d.dim}; make them agree")
-            return sp_
-        return Spectrum.power_law(d.dim, d.exponent, d.offset)
+        key = "covariance" if d.covariance is not None else "eigenvalues" if d.eigenvalues is not None else None
+        try:
+            if key == "covariance":
+                spec = Spectrum.from_covariance(d.covariance)
+            elif key == "eigenvalues":
+                spec = Spectrum.from_eigenvalues(d.eigenvalues)
+            else:
+                return Spectrum.power_law(d.dim, d.exponent, d.offset)
+        except DataError as exc:  # its message starts with the key's name ("covariance is not symmetric: …")
+            raise ConfigError(f"[data] {exc}" if str(exc).startswith(key) else f"[data] {key}: {exc}") from None
+        if spec.dim != d.dim:
+            size = f"{spec.dim} entries" if key == "eigenvalues" else f"size {spec.dim} × {spec.dim}"
+            raise ConfigError(f"[data] {key} has {size} but dim = {d.dim}; make them agree (set dim = {spec.dim})")
+        return spec
 
     def target_obj(self, spectrum: Spectrum | None = None) -> Target:
         """The decomposed target of ``[target]`` under ``spectrum`` (default: :meth:`spectrum`)."""
@@ -130,8 +342,17 @@ class Config:
         return {name: asdict(getattr(self, name)) for name in SECTIONS}
 
     def digest(self, sections: tuple[str, ...] = tuple(SECTIONS)) -> str:
-        """Stable hash of the given sections (used to key caches and guard output folders)."""
-        blob = json.dumps({k: v for k, v in self.to_dict().items() if k in sections}, sort_keys=True, default=str)
+        """Stable hash of the given sections, without the run-time-only keys (:data:`RUNTIME_KEYS`); it keys
+        result caches and guards output folders (``device`` through :func:`resolved_device`)."""
+        raw = self.to_dict()
+        for key in RUNTIME_KEYS:
+            sec, name = key.split(".")
+            if key == "training.device":  # an explicit "cuda[:k]" is CUDA without asking torch
+                dev = raw[sec][name]
+                raw[sec][name] = "cuda" if dev.startswith("cuda") or resolved_device(dev) != "cpu" else "auto"
+            else:
+                raw[sec][name] = _DIGEST_AS[key]
+        blob = json.dumps({k: v for k, v in raw.items() if k in sections}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def replace(self, **sections: dict[str, Any]) -> "Config":
@@ -142,53 +363,24 @@ class Config:
         return config_from_dict(raw, source=self.source)
 
 
-def _suggest(key: str, options: list[str]) -> str:
-    close = difflib.get_close_matches(key, options, n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(options)}"
-
-
-def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        raise ConfigError(f"[{section}] {key} is nan; give a number")
-    if default is None or value is None:
-        return value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"[{section}] {key} must be true or false, got {value!r}")
-        return value
-    if isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"[{section}] {key} must be an integer, got {value!r}")
-        return value
-    if isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"[{section}] {key} must be a number, got {value!r}")
-        return float(value)
-    if isinstance(default, str) and not isinstance(value, str):
-        raise ConfigError(f"[{section}] {key} must be a string, got {value!r}")
-    if isinstance(default, list) and not isinstance(value, list):
-        raise ConfigError(f"[{section}] {key} must be a list, got {value!r}")
-    if isinstance(default, dict) and not isinstance(value, dict):
-        raise ConfigError(f"[{section}] {key} must be a table, got {value!r}")
-    return value
-
-
 def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
-    """Validate a nested dict (as read from TOML) into a :class:`Config`."""
+    """Validate a nested dict (as read from TOML) into a :class:`Config`; raises :class:`ConfigError`."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config must be a table of tables, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
     for sec in raw:
         if sec not in SECTIONS:
-            raise ConfigError(f"unknown config table [{sec}]" + _suggest(sec, list(SECTIONS)))
+            raise ConfigError(f"unknown config table [{sec}]" + _suggest(str(sec), list(SECTIONS), "valid tables"))
     out: dict[str, Any] = {}
     for sec, cls in SECTIONS.items():
         vals = raw.get(sec, {})
         if not isinstance(vals, dict):
-            raise ConfigError(f"[{sec}] must be a table")
+            raise ConfigError(f"[{sec}] must be a table, got {vals!r}")
         inst = cls()
         names = [f.name for f in fields(cls)]
         for k, v in vals.items():
             if k not in names:
-                raise ConfigError(f"unknown key {k!r} in [{sec}]" + _suggest(k, names))
+                raise ConfigError(f"unknown key {k!r} in [{sec}]" + _suggest(str(k), names))
             setattr(inst, k, _coerce(sec, k, v, getattr(inst, k)))
         out[sec] = inst
     cfg = Config(**out, source=source)
@@ -197,35 +389,39 @@ def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
 
 
 def _validate(cfg: Config) -> None:
-    if not cfg.target.expr:
+    """The checks that involve several keys or other modules (each key's own range is checked by ``_coerce``)."""
+    if not cfg.target.expr.strip():
         raise ConfigError("missing required key: [target] expr (e.g. expr = \"staircase(2)\")")
-    if cfg.data.dim < 1:
-        raise ConfigError(f"[data] dim must be ≥ 1, got {cfg.data.dim}")
-    get_activation(cfg.network.activation)
-    n, t = cfg.network, cfg.training
-    if n.width < 1:
-        raise ConfigError(f"[network] width must be ≥ 1, got {n.width}")
-    if not n.richness > 0:
-        raise ConfigError(f"[network] richness γ must be > 0 (γ → 0 is the lazy limit), got {n.richness}")
-    if n.bias_std < 0:
-        raise ConfigError(f"[network] bias_std must be ≥ 0, got {n.bias_std}")
-    if n.parametrization != "meanfield":
-        raise ConfigError(f"[network] parametrization {n.parametrization!r} is not implemented; use 'meanfield'")
-    for key in ("batch", "n_test", "max_steps"):
-        if getattr(t, key) < 1:
-            raise ConfigError(f"[training] {key} must be ≥ 1, got {getattr(t, key)}")
-    if not t.t_max > 0:
-        raise ConfigError(f"[training] t_max must be > 0, got {t.t_max}")
-    if t.device not in ("auto", "cpu", "cuda") and not t.device.startswith("cuda:"):
-        raise ConfigError(f"[training] device must be 'auto', 'cpu' or 'cuda[:k]', got {t.device!r}")
-    if not 0 <= t.stop_loss < 1:
-        raise ConfigError(f"[training] stop_loss must be in [0, 1) (a floor on L/L(0); 0 disables it), got {t.stop_loss}")
-    if t.dtype not in ("float32", "float64"):
-        raise ConfigError(f"[training] dtype must be 'float32' or 'float64', got {t.dtype!r}")
-    if cfg.ode.eigenvalues not in ("exact", "hea"):
-        raise ConfigError(f"[ode] eigenvalues must be 'exact' or 'hea', got {cfg.ode.eigenvalues!r}")
-    if cfg.ode.basis not in ("target", "extended"):
-        raise ConfigError(f"[ode] basis must be 'target' or 'extended', got {cfg.ode.basis!r}")
+    d, default = cfg.data, DataConfig()
+    if d.eigenvalues is not None and d.covariance is not None:
+        raise ConfigError("[data] eigenvalues and covariance are both given; keep one of them")
+    if d.eigenvalues is not None or d.covariance is not None:
+        given = "eigenvalues" if d.eigenvalues is not None else "covariance"
+        unused = [k for k in ("exponent", "offset") if getattr(d, k) != getattr(default, k)]
+        if unused:
+            raise ConfigError(f"[data] {' and '.join(unused)} would be ignored, because [data] {given} is given; "
+                              "remove one or the other")
+        cfg.spectrum()  # entries, order, symmetry, positive definiteness and size = dim
+    try:
+        check_target_text(cfg.target.expr, d.dim)
+    except TargetError as exc:
+        raise ConfigError(f"[target] expr: {exc}") from None
+    try:
+        get_activation(cfg.network.activation)
+    except ActivationError as exc:
+        raise ConfigError(f"[network] activation: {exc}") from None
+    t = cfg.training
+    if not t.t_min < t.t_max:
+        raise ConfigError(f"[training] t_min = {t.t_min:g} must be below t_max = {t.t_max:g} (the first log-spaced "
+                          "measurement time after 0)")
+    if not cfg.ode.variants:
+        raise ConfigError("[ode] variants is empty; list at least one, e.g. [\"lazy\", \"displacement\"]")
+    from .variants import VariantError, variants_from_config
+
+    try:
+        variants_from_config(cfg.ode)  # unknown variants, custom tables and ablated terms
+    except VariantError as exc:
+        raise ConfigError(str(exc) if str(exc).startswith("[ode") else f"[ode] variants: {exc}") from None
 
 
 def load_config(path: "str | Path | None" = None) -> Config:
@@ -235,8 +431,12 @@ def load_config(path: "str | Path | None" = None) -> Config:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"config {str(path)!r} is a folder; give a TOML file")
     try:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text (UTF-8) file; give a TOML config") from None
     return config_from_dict(raw, source=str(path))

@@ -15,6 +15,8 @@ import sympy as sp
 
 
 EXACT_MAX_DIM = 64  # power-law spectra keep an exact SymPy form up to this dimension
+#: the largest input dimension: the spectrum, each weight vector and each sample hold d numbers (8 bytes each)
+MAX_DIM = 10_000_000
 
 
 class DataError(ValueError):
@@ -32,7 +34,7 @@ class Spectrum:
     g: np.ndarray
     exact: tuple[sp.Expr, ...] | None = None
     rotation: np.ndarray | None = field(default=None, compare=False)
-    description: str = ""
+    description: str = ""   # how it was given, in words (without d: say d = dim next to it)
 
     def __post_init__(self) -> None:
         g = np.asarray(self.g, dtype=float)
@@ -42,8 +44,9 @@ class Spectrum:
             bad = [(i, float(v)) for i, v in enumerate(g) if not (np.isfinite(v) and v > 0)]
             raise DataError(f"covariance eigenvalues must be finite and > 0; bad entries (index, value): {bad}")
         if np.any(np.diff(g) > 0):
-            raise DataError("eigenvalues must be sorted in descending order (g_0 ≥ g_1 ≥ …); "
-                            "use Spectrum.from_eigenvalues, which sorts them")
+            i = int(np.flatnonzero(np.diff(g) > 0)[0])
+            raise DataError(f"eigenvalues must be in descending order (g_0 ≥ g_1 ≥ …), but g_{i + 1} = {g[i + 1]:.6g} "
+                            f"> g_{i} = {g[i]:.6g}")
         object.__setattr__(self, "g", g)
 
     @property
@@ -55,13 +58,14 @@ class Spectrum:
     @classmethod
     def power_law(cls, dim: int, exponent: float = 1.5, offset: float = 3.0, normalize: bool = True) -> "Spectrum":
         """``g_i ∝ (i + offset)^(-exponent)``, ``i = 0…d-1``, normalised to ``Σ g_i = 1`` by default."""
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-            raise DataError(f"dim must be a positive integer, got {dim!r}")
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= MAX_DIM:
+            raise DataError(f"dim must be an integer in [1, {MAX_DIM:.0e}] (the spectrum, each weight vector and each "
+                            f"sample hold d numbers), got {dim!r}")
         if not np.isfinite(exponent) or exponent < 0:
             raise DataError(f"exponent must be finite and ≥ 0, got {exponent!r}")
         if not np.isfinite(offset) or offset <= 0:
             raise DataError(f"offset must be > 0 (so that (i + offset) > 0 for i = 0), got {offset!r}")
-        desc = f"power law (i + {offset})^(-{exponent}), d = {dim}" + (", normalised to Σg = 1" if normalize else "")
+        desc = f"power law g_i ∝ (i + {offset:g})^(-{exponent:g})" + (", normalised to Σg = 1" if normalize else "")
         if dim > EXACT_MAX_DIM:  # the exact form costs seconds beyond this; floats only
             g = (np.arange(dim) + float(offset)) ** (-float(exponent))
             return cls(g / g.sum() if normalize else g, None, description=desc)
@@ -74,32 +78,55 @@ class Spectrum:
 
     @classmethod
     def from_eigenvalues(cls, eigenvalues: Sequence[Any]) -> "Spectrum":
-        """Explicit eigenvalues (sorted descending here). Rationals/ints/strings like ``"1/2"`` stay exact."""
+        """Explicit eigenvalues ``g_0 ≥ g_1 ≥ … > 0``, in the user's order, which must be descending (DESIGN §1):
+        ``x_i`` and ``z_i`` are then the user's coordinates, the same ones a diagonal covariance gives. Numbers,
+        and strings like ``"1/2"``; rationals (ints, strings) stay exact."""
+        if isinstance(eigenvalues, (str, bytes)) or not isinstance(eigenvalues, Sequence):
+            raise DataError(f"eigenvalues must be a list of numbers, got {eigenvalues!r}")
         vals = list(eigenvalues)
         if not vals:
             raise DataError("eigenvalues must be a non-empty list")
-        try:
-            exact = [sp.nsimplify(v, rational=True) if isinstance(v, (str, int)) else sp.sympify(v)
-                     for v in vals]
-        except (sp.SympifyError, TypeError) as exc:
-            raise DataError(f"cannot read eigenvalues {vals!r}: {exc}") from None
-        bad = [(i, v) for i, (v, e) in enumerate(zip(vals, exact)) if not (e.is_number and e.is_real)]
+        exact, bad = [], []
+        for i, v in enumerate(vals):
+            try:
+                if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                    raise TypeError
+                e = sp.nsimplify(v, rational=True) if isinstance(v, (str, int)) else sp.Float(v)
+                ok = bool(e.is_number and e.is_real and e.is_finite and e > 0)
+            except (sp.SympifyError, TypeError, ValueError, SyntaxError):
+                ok = False
+            if not ok:
+                bad.append((i, v))
+            else:
+                exact.append(e)
         if bad:
-            raise DataError(f"eigenvalues must be real numbers; bad entries (index, value): {bad}")
+            raise DataError(f"eigenvalues must be finite numbers > 0; bad entries (index, value): {bad}")
         floats = np.array([float(v) for v in exact])
-        order = np.argsort(-floats, kind="stable")
+        rise = np.flatnonzero(np.diff(floats) > 0)
+        if rise.size:
+            i = int(rise[0])
+            raise DataError(f"eigenvalues must be in descending order (g_0 ≥ g_1 ≥ …, DESIGN §1), but entry {i + 1} "
+                            f"({vals[i + 1]!r}) > entry {i} ({vals[i]!r}); sort them and number the target's "
+                            "coordinates to match, or give covariance = the diagonal matrix to keep this order")
         all_exact = all(v.is_Rational for v in exact)
-        return cls(floats[order], tuple(exact[i] for i in order) if all_exact else None,
-                   description=f"explicit eigenvalues, d = {len(vals)}")
+        return cls(floats, tuple(exact) if all_exact else None, description="explicit eigenvalues")
 
     @classmethod
     def from_covariance(cls, cov: Any, atol: float = 1e-10) -> "Spectrum":
         """Diagonalise a symmetric positive definite covariance matrix; the rotation is kept."""
-        c = np.asarray(cov, dtype=float)
-        if c.ndim != 2 or c.shape[0] != c.shape[1]:
-            raise DataError(f"covariance must be a square matrix, got shape {c.shape}")
-        if c.size == 0 or not np.all(np.isfinite(c)):
-            raise DataError(f"covariance must be a non-empty matrix of finite numbers, got {c.tolist()}")
+        rows = cov.tolist() if isinstance(cov, np.ndarray) else cov
+        if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)) or not rows:
+            raise DataError(f"covariance must be a non-empty square matrix (a list of rows), got {cov!r}")
+        sizes = [len(r) if isinstance(r, Sequence) and not isinstance(r, (str, bytes)) else None for r in rows]
+        if any(n != len(rows) for n in sizes):
+            i = next(k for k, n in enumerate(sizes) if n != len(rows))
+            what = "is not a list" if sizes[i] is None else f"has {sizes[i]} entries"
+            raise DataError(f"covariance must be a square matrix: it has {len(rows)} rows but row {i} {what}")
+        bad = [(i, j, v) for i, r in enumerate(rows) for j, v in enumerate(r)
+               if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not np.isfinite(v)]
+        if bad:
+            raise DataError(f"covariance entries must be finite numbers; bad entries (row, column, value): {bad[:5]}")
+        c = np.array(rows, dtype=float)
         asym = np.abs(c - c.T)
         if asym.max() > atol * max(1.0, float(np.max(np.abs(c)))):
             i, j = np.unravel_index(np.argmax(asym), asym.shape)
@@ -110,7 +137,7 @@ class Spectrum:
             raise DataError(f"covariance is not positive definite (smallest eigenvalue {np.min(w):.3g}); "
                             "every direction needs positive variance")
         order = np.argsort(-w, kind="stable")
-        return cls(w[order], None, rotation=v[:, order], description=f"full covariance, d = {c.shape[0]}")
+        return cls(w[order], None, rotation=v[:, order], description="full covariance, diagonalised")
 
     # numerics ---------------------------------------------------------------------------------------------------
     def sample_z(self, n: int, seed: int | np.random.Generator | None = 0) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 :func:`system_latex` prints a resolved system in indexed form, each term under a brace with its name (removed terms
 show their neutral value, replaced ones are marked). :func:`derive_document` writes a document that compiles with
-plain ``pdflatex`` (amsmath, amssymb, geometry only): setup, the terms, every variant with its ablations, and the
-constants with their values.
+plain ``pdflatex`` (amsmath, amssymb and geometry, all in texlive-latex-base): setup, the terms, every
+variant with its ablations, and the constants with their values (numbers as ``m \\times 10^{e}`` outside
+``[10⁻³, 10⁴)``, long tables broken across pages).
 """
 from __future__ import annotations
 
@@ -112,16 +113,35 @@ def _all_terms() -> list[ode.Term]:
 
 
 def _num(x: float | None, digits: int = 4) -> str:
+    """``x`` for math mode to ``digits`` significant digits: plain for ``10⁻³ ≤ |x| < 10⁴`` (and 0), else
+    ``m \times 10^{e}``; a dash when missing or not finite."""
     if x is None or not np.isfinite(x):
-        return "--"
-    return f"{x:.{digits}g}".replace("e", r"\mathrm{e}")
+        return r"\text{--}"
+    x = float(x)
+    if x == 0 or 1e-3 <= abs(x) < 1e4:
+        return f"{x:.{digits}g}"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    power = rf"10^{{{int(exponent)}}}"
+    return power if mantissa == "1" else (rf"-{power}" if mantissa == "-1" else rf"{mantissa} \times {power}")
 
 
-def _table(header: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
+#: rows per tabular of a long table (a tabular cannot break across pages; consecutive ones can)
+TABLE_ROWS = 40
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], align: str | None = None) -> str:
+    """A ruled table; ``align`` one letter per column (default: first column left, the others right). More than
+    :data:`TABLE_ROWS` rows become consecutive tabulars with the header repeated, so the table breaks across pages
+    (in one pdflatex pass, unlike ``longtable``)."""
     header = list(header)
-    lines = [r"\begin{tabular}{" + "l" * len(header) + "}", r"\hline", " & ".join(header) + r" \\", r"\hline"]
-    lines += [" & ".join(row) + r" \\" for row in rows]
-    return "\n".join(lines + [r"\hline", r"\end{tabular}"])
+    align = align or "l" + "r" * (len(header) - 1)
+    body = [" & ".join(row) + r" \\" for row in rows]
+    parts = []
+    for start in range(0, max(len(body), 1), TABLE_ROWS):
+        parts.append("\n".join([rf"\begin{{tabular}}{{{align}}}", r"\hline", " & ".join(header) + r" \\", r"\hline"]
+                               + body[start:start + TABLE_ROWS] + [r"\hline", r"\end{tabular}"]))
+    return "\n\n\\smallskip\n".join(parts)
 
 
 def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
@@ -142,23 +162,65 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
             + system_latex(system))
 
 
+#: the spectrum table lists every g_i up to this d, else the first and the last ones
+SPECTRUM_SHOWN = 64
+_SPECTRUM_COLUMNS = 8
+
+
+def _spectrum_table(g: np.ndarray) -> str:
+    """``g_0 … g_{d−1}`` as a table of ``_SPECTRUM_COLUMNS`` columns (a header row of indices over a row of values);
+    beyond :data:`SPECTRUM_SHOWN` entries the middle ones are left out, saying so."""
+    index = list(range(g.size))
+    if g.size > SPECTRUM_SHOWN:
+        index = index[: SPECTRUM_SHOWN - _SPECTRUM_COLUMNS] + index[-_SPECTRUM_COLUMNS:]
+    lines = [rf"\begin{{tabular}}{{{'r' * _SPECTRUM_COLUMNS}}}", r"\hline"]
+    for start in range(0, len(index), _SPECTRUM_COLUMNS):
+        block = index[start:start + _SPECTRUM_COLUMNS]
+        pad = [""] * (_SPECTRUM_COLUMNS - len(block))
+        lines += [" & ".join([rf"$g_{{{i}}}$" for i in block] + pad) + r" \\",
+                  " & ".join([f"${_num(g[i], 4)}$" for i in block] + pad) + r" \\", r"\hline"]
+    lines.append(r"\end{tabular}")
+    note = ""
+    if g.size > SPECTRUM_SHOWN:
+        first, last = index[SPECTRUM_SHOWN - _SPECTRUM_COLUMNS - 1] + 1, index[-_SPECTRUM_COLUMNS] - 1
+        note = rf" ($g_{{{first}}}, \dots, g_{{{last}}}$ not shown)"
+    return rf"Spectrum $g_0 \ge \dots \ge g_{{{g.size - 1}}}$, $\sum_i g_i = {_num(g.sum())}${note}:" + "\n\n" \
+        + r"\smallskip" + "\n" + "\n".join(lines)
+
+
 def _constants(theory: Any) -> str:
     g = np.asarray(theory.g, dtype=float)
     lam_e, err, lam_h = (np.asarray(x, dtype=float) for x in
                          (theory.lambda_exact, theory.lambda_exact_stderr, theory.lambda_hea))
-    rows = [[f"${mode_latex(m)}$", f"${_num(float(vb))}$", f"${_num(le)} \\pm {_num(se, 2)}$", f"${_num(lh)}$",
-             f"${_num(float(m.g_power(g)))}$"]
+    sampled = bool(np.any(err > 0))  # Monte Carlo eigenvalues carry an error bar; quadrature ones are exact
+    rows = [[f"${mode_latex(m)}$", f"${_num(float(vb))}$", f"${_num(le)}$"] + ([f"${_num(se, 2)}$"] if sampled else [])
+            + [f"${_num(lh)}$", f"${_num(float(m.g_power(g)))}$"]
             for m, vb, le, se, lh in zip(theory.modes, np.asarray(theory.target, float), lam_e, err, lam_h)]
-    modes = _table([r"$\beta$", r"$v_\beta$", r"$\lambda_\beta(0)$ exact", r"$\lambda_\beta(0)$ HEA",
-                    r"$g^\beta$"], rows)
+    header = ([r"$\beta$", r"$v_\beta$", r"$\lambda_\beta(0)$ exact"] + (["std.\ error"] if sampled else [])
+              + [r"$\lambda_\beta(0)$ HEA", r"$g^\beta$"])
+    modes = _table(header, rows)
     lev = _table(["$l$", r"$\Lambda_l$", "$c_l$"],
                  [[f"${k}$", f"${_num(float(a))}$", f"${_num(float(b))}$"]
                   for k, (a, b) in enumerate(zip(theory.level_coefficients, theory.c))])
-    spectrum = ", ".join(f"{_num(x, 3)}" for x in g)
     return ("\\section*{Constants}\n"
-            + rf"$\gamma = {_num(theory.gamma)}$, derived $\kappa = \gamma^2 c_1/\Lambda_1^2 = {_num(theory.kappa)}$;"
-            + rf" spectrum $g_0, \dots, g_{{{g.size - 1}}} = {spectrum}$." + "\n\n" + modes + "\n\n\\medskip\n"
-            + lev + "\n")
+            + rf"$\gamma = {_num(theory.gamma)}$, derived $\kappa = \gamma^2 c_1/\Lambda_1^2 = {_num(theory.kappa)}$."
+            + "\n\n" + _spectrum_table(g) + "\n\n\\medskip\n"
+            + rf"Initial eigenvalues of the $M = {len(theory.modes)}$ modes"
+            + (" (Monte Carlo, with standard errors)" if sampled else " (deterministic quadrature)") + ":\n\n"
+            + "\\smallskip\n" + modes + "\n\n\\medskip\n" + r"Level coefficients $\Lambda_l$ and displacement constants $c_l$:"
+            + "\n\n\\smallskip\n" + lev + "\n")
+
+
+def _spectrum_text(cfg: Any) -> str:
+    """The covariance of ``[data]`` in words and math (its values are in the Constants section)."""
+    d = cfg.data
+    if d.covariance is not None:
+        return (r"a full covariance $\Sigma$, diagonalised: $g_i$ are its eigenvalues and $z$ the whitened "
+                r"coordinates of its eigenbasis")
+    if d.eigenvalues is not None:
+        return r"explicit eigenvalues $g_0 \ge \dots \ge g_{d-1}$"
+    return (rf"power-law spectrum $g_i \propto (i + {_num(d.offset)})^{{-{_num(d.exponent)}}}$, "
+            r"$i = 0, \dots, d-1$, normalised to $\sum_i g_i = 1$")
 
 
 def derive_document(cfg: Any, theory: Any = None) -> str:
@@ -170,8 +232,8 @@ def derive_document(cfg: Any, theory: Any = None) -> str:
         theory = kernel.kernel_theory(cfg, with_gram=o.basis == "extended")
     variants = variants_from_config(o)
     n = cfg.network
-    setup = (rf"Target \texttt{{{tex_text(cfg.target.expr)}}} in $d = {cfg.data.dim}$ dimensions "
-             rf"({tex_text(cfg.spectrum().description)}); activation \texttt{{{tex_text(n.activation)}}}, "
+    setup = (rf"Target \texttt{{{tex_text(cfg.target.expr)}}} in $d = {cfg.data.dim}$ dimensions, "
+             rf"{_spectrum_text(cfg)}; activation \texttt{{{tex_text(n.activation)}}}, "
              rf"richness $\gamma = {_num(n.richness)}$, bias scale $\sigma_b = {_num(n.bias_std)}$; "
              rf"mode set: {tex_text(o.basis)} basis with $M = {len(theory.modes)}$ modes "
              rf"$\mathcal{{B}}$; initial eigenvalues: {tex_text(o.eigenvalues)}; "
@@ -188,7 +250,8 @@ def derive_document(cfg: Any, theory: Any = None) -> str:
               and v.closure_obj.term.name not in {t.name for t in terms}]
     items = "\n".join(rf"\item[\texttt{{{tex_text(t.name)}}}] {tex_text(t.doc)}: "
                       rf"$\displaystyle {expr_latex(t.body)}$ (removed: ${expr_latex(t.neutral)}$)" for t in terms)
-    parts = [r"\documentclass[11pt]{article}", r"\usepackage[margin=2cm]{geometry}", r"\usepackage{amsmath,amssymb}",
+    parts = [r"\documentclass[11pt]{article}", r"\usepackage[margin=2cm]{geometry}",
+             r"\usepackage{amsmath,amssymb}",
              r"\allowdisplaybreaks", r"\begin{document}",
              rf"\section*{{Feature ODE for \texttt{{{tex_text(cfg.target.expr)}}}}}", setup, "",
              notation, r"\section*{Terms}", r"\begin{description}", items, r"\end{description}",

@@ -35,17 +35,25 @@ _FUNCS = {"staircase", "sqrt", "pi"}
 _ROUNDOFF = 1e-12  # relative size below which a coefficient from a floating-point rotation is round-off
 
 
-def _zsyms(d: int) -> list[sp.Symbol]:
-    return [sp.Symbol(f"z{i}", real=True) for i in range(d)]
+def _z(i: int) -> sp.Symbol:
+    """The whitened coordinate ``z_i`` (SymPy caches symbols, so every call gives the same object)."""
+    return sp.Symbol(f"z{i}", real=True)
 
 
-def staircase_expr(k: int, zs: list[sp.Symbol]) -> sp.Expr:
-    """``staircase(k) = (1/sqrt(k)) Σ_{j=1..k} z_0 ⋯ z_{j-1}`` (unit variance)."""
+def _z_index(sym: Any) -> int | None:
+    """``i`` when ``sym`` is the symbol ``z_i``, else ``None``."""
+    m = re.fullmatch(r"z(\d+)", sym.name) if isinstance(sym, sp.Symbol) else None
+    return int(m.group(1)) if m else None
+
+
+def staircase_expr(k: int, dim: int) -> sp.Expr:
+    """``staircase(k) = (1/sqrt(k)) Σ_{j=1..k} z_0 ⋯ z_{j-1}`` (unit variance) in dimension ``dim``."""
     if not (isinstance(k, (int, sp.Integer)) and not isinstance(k, bool)):
         raise TargetError(f"staircase(k) needs an integer k, got {k}")
     k = int(k)
-    if k < 1 or k > len(zs):
-        raise TargetError(f"staircase({k}) needs 1 ≤ k ≤ d = {len(zs)}")
+    if k < 1 or k > dim:
+        raise TargetError(f"staircase({k}) needs 1 ≤ k ≤ d = {dim}")
+    zs = [_z(i) for i in range(k)]
     return sum((sp.Mul(*zs[:j]) for j in range(1, k + 1)), sp.Integer(0)) / sp.sqrt(k)
 
 
@@ -78,6 +86,9 @@ def _check_tokens(text: str, d: int) -> None:
             coord = re.fullmatch(r"([xz])(\d+)", name)
             herm = re.fullmatch(r"h(\d+)", name)
             if coord:
+                if len(coord.group(2)) > 1 and coord.group(2).startswith("0"):
+                    raise TargetError(f"target {text!r}: {name} at position {where} has a leading zero; write "
+                                      f"{coord.group(1)}{int(coord.group(2))}")
                 if int(coord.group(2)) >= d:
                     raise TargetError(f"target {text!r}: {name} at position {where} is out of range for d = {d} "
                                       f"(dimensions are 0-based: {coord.group(1)}0 … {coord.group(1)}{d - 1})")
@@ -85,6 +96,15 @@ def _check_tokens(text: str, d: int) -> None:
                 raise TargetError(f"target {text!r}: unknown name {name!r} at position {where}; use z<i>, x<i>, "
                                   "h<n>(z<i>), staircase(k), sqrt, pi")
         pos = m.end()
+
+
+def check_target_text(text: str, dim: int) -> None:
+    """The cheap checks of a target expression in dimension ``dim`` (syntax, names, coordinate ranges), without
+    decomposing it; raises :class:`TargetError` saying where."""
+    if not isinstance(text, str) or not text.strip():
+        raise TargetError(f"target must be a non-empty string, got {text!r}")
+    _check_tokens(text, dim)
+    _check_syntax(text)
 
 
 @dataclass(frozen=True)
@@ -159,26 +179,28 @@ class Target:
 def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) -> Target:
     """Parse and decompose a target expression (see module doc) under the covariance ``spectrum``.
 
-    ``spectrum`` may be an int ``d`` (then only z-coordinates may be used).
+    ``spectrum`` may be an int ``d`` (then only z-coordinates may be used). Only the coordinates the expression
+    uses become SymPy symbols (all ``d`` of them only for x-coordinates under a full covariance), so a low-order
+    target decomposes in the same time at any ``d``.
     """
-    if not isinstance(text, str) or not text.strip():
-        raise TargetError(f"target must be a non-empty string, got {text!r}")
     d = spectrum if isinstance(spectrum, int) else spectrum.dim
-    _check_tokens(text, d)
-    zs = _zsyms(d)
-    ns: dict[str, Any] = {f"z{i}": zs[i] for i in range(d)}
+    check_target_text(text, d)
+    ns: dict[str, Any] = {f"z{i}": _z(i) for i in {int(n) for n in re.findall(r"\bz(\d+)\b", text)}}
+    used_x = sorted({int(n) for n in re.findall(r"\bx(\d+)\b", text)})
     if isinstance(spectrum, Spectrum):
-        xe = [spectrum.sqrt_exact(i) * zs[i] for i in range(d)]
-        if spectrum.rotation is not None:  # user coordinates x_u = R x_eigen
+        if spectrum.rotation is not None:  # user coordinates x_u = R x_eigen, x_eigen,i = sqrt(g_i) z_i
             rot = spectrum.rotation
-            xe = [sum((sp.Float(rot[j, i], 17) * xe[i] for i in range(d)), sp.Integer(0)) for j in range(d)]
-        ns.update({f"x{i}": xe[i] for i in range(d)})
-    elif re.search(r"\bx\d+", text):
+            xe = [spectrum.sqrt_exact(i) * _z(i) for i in range(d)] if used_x else []
+            ns.update({f"x{j}": sum((sp.Float(rot[j, i], 17) * xe[i] for i in range(d)), sp.Integer(0))
+                       for j in used_x})
+        else:
+            ns.update({f"x{i}": spectrum.sqrt_exact(i) * _z(i) for i in used_x})
+    elif used_x:
         raise TargetError(f"target {text!r} uses x-coordinates, which need the covariance spectrum, not only d")
 
     def _h(n: int) -> Any:
         def h(*args: Any) -> sp.Expr:
-            if len(args) != 1 or args[0] not in zs:
+            if len(args) != 1 or _z_index(args[0]) is None:
                 raise TargetError(f"target {text!r}: h{n}(...) takes a single whitened coordinate z<i>, "
                                   f"got h{n}({', '.join(map(str, args))})")
             return hermite_expr(n).subs(sp.Symbol("z", real=True), args[0])
@@ -187,13 +209,13 @@ def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) 
     def _staircase(*args: Any) -> sp.Expr:
         if len(args) != 1:
             raise TargetError(f"target {text!r}: staircase(k) takes one integer, got {len(args)} arguments")
-        return staircase_expr(args[0], zs)
+        return staircase_expr(args[0], d)
 
     for m in set(re.findall(r"\bh(\d+)\b", text)):
         ns[f"h{m}"] = _h(int(m))
     ns["staircase"] = _staircase
     ns["sqrt"], ns["pi"] = sp.sqrt, sp.pi
-    py = _check_syntax(text)
+    py = text.replace("^", "**")
     try:
         expr = sp.sympify(py, locals=ns, rational=True)
     except TargetError:
@@ -203,10 +225,17 @@ def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) 
     if not isinstance(expr, sp.Expr):
         raise TargetError(f"target {text!r} is not a single expression (got {type(expr).__name__} {expr})")
     expr = sp.expand(expr)
+    index = sorted(i for i in map(_z_index, expr.free_symbols) if i is not None)
+    zs = [_z(i) for i in index]
     if not expr.is_polynomial(*zs):
         raise TargetError(f"target {text!r} is not a polynomial in the coordinates; only polynomial targets "
                           "have a finite Hermite expansion")
-    coeffs = polynomial_to_hermite(expr, zs)
+    # decomposed on the used coordinates (positions in zs), then written with their dimensions
+    if zs:
+        coeffs = {Mode.from_dict({index[pos]: n for pos, n in m.items}): c
+                  for m, c in polynomial_to_hermite(expr, zs).items()}
+    else:  # a constant
+        coeffs = {Mode(): expr} if expr != 0 else {}
     if isinstance(spectrum, Spectrum) and spectrum.rotation is not None:
         # the rotation is floating point: drop round-off modes (e.g. the cross terms of |x|² = Σ g_i z_i²)
         top = max((abs(float(c)) for c in coeffs.values()), default=0.0)

@@ -16,7 +16,8 @@ A :class:`Trajectory` holds what a solver or a simulation produced over its outp
 Files: :meth:`Trajectory.save` writes ``STEM.json`` (every field, DESIGN §6 keys, flat) and ``STEM.npz`` (the same
 arrays in binary, plus any extra arrays such as final parameters) atomically (temp file + rename).
 :meth:`Trajectory.load` reads the JSON and checks the npz beside it, so a damaged file is reported, never reused.
-The helpers :func:`write_json`, :func:`write_text`, :func:`write_npz` are the one way this package writes results.
+The helpers :func:`write_json`, :func:`write_text`, :func:`write_bytes`, :func:`write_npz` are the one way this
+package writes results.
 """
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
+
+from .metrics import normalised
 
 #: JSON keys of the core fields (DESIGN §6 names) and the attribute each is stored in.
 _CORE = {"t": "t", "loss": "loss", "in_support_loss": "in_support_loss", "f": "f", "f_stderr": "f_stderr",
@@ -92,12 +95,11 @@ class Trajectory:
     # derived values ------------------------------------------------------------------------------------------------
     @property
     def ratio(self) -> np.ndarray:
-        """``L(t)/L(0)``."""
-        loss = np.asarray(self.loss, float)
-        if loss.size == 0 or not loss[0] > 0:
-            raise ValueError(f"trajectory {self.name!r}: a loss curve must start with a positive L(0), "
-                             f"got {loss[:1].tolist()}")
-        return loss / loss[0]
+        """``L(t)/L(0)`` (:func:`featureode.metrics.normalised`)."""
+        try:
+            return normalised(self.loss)
+        except ValueError as exc:
+            raise ValueError(f"trajectory {self.name!r}: {exc}") from None
 
     @property
     def end_t(self) -> float:
@@ -200,15 +202,20 @@ class Trajectory:
         return path
 
     @classmethod
-    def load(cls, folder: "str | Path", stem: str = "mlp") -> "Trajectory":
+    def load(cls, folder: "str | Path", stem: str = "mlp", kind: str | None = None) -> "Trajectory":
         """Read ``folder/STEM.json`` (written by :meth:`save`), checking that ``STEM.npz`` beside it is readable.
-        Raises :class:`TrajectoryFileError` naming the damaged or missing file."""
+        ``kind`` defaults to the stored one, else to ``stem`` when that is a kind (``mlp.json`` files written before
+        :class:`Trajectory` store no kind). Raises :class:`TrajectoryFileError` naming the damaged or missing file."""
         path = Path(folder) / f"{stem}.json"
         data = read_json(path)
         check_npz(Path(folder) / f"{stem}.npz")
+        if kind is None and isinstance(data, dict) and "kind" not in data and stem in ("ode", "mlp"):
+            kind = stem
         try:
-            return cls.from_json(data)
-        except (ValueError, TypeError, KeyError) as exc:
+            if not isinstance(data, dict):
+                raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+            return cls.from_json(data, kind=kind)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise TrajectoryFileError(f"{path} does not hold a trajectory ({exc}); delete it or rerun with "
                                       "--force") from exc
 
@@ -268,6 +275,11 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_bytes(path: "str | Path", data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a temp file in the same folder, then rename)."""
+    _atomic_bytes(Path(path), data)
 
 
 def write_text(path: "str | Path", text: str) -> None:
@@ -378,7 +390,9 @@ class ODEResult:
         data = read_json(path)
         check_npz(Path(folder) / f"{stem}.npz")
         try:
+            if not isinstance(data, dict):
+                raise TypeError(f"expected a JSON object, got {type(data).__name__}")
             return cls.from_json(data)
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise TrajectoryFileError(f"{path} does not hold ODE results ({exc}); delete it or rerun with "
                                       "--force") from exc

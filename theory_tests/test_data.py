@@ -50,13 +50,46 @@ def test_power_law_beyond_exact_dimension_is_float_only() -> None:
                                rtol=1e-15)
 
 
-def test_from_eigenvalues_sorts_and_keeps_exact() -> None:
-    spec = Spectrum.from_eigenvalues(["1/8", "1/2", 1, "1/4"])
+def test_from_eigenvalues_keeps_the_users_order_and_exact_values() -> None:
+    spec = Spectrum.from_eigenvalues([1, "1/2", "1/4", "1/8"])
     assert spec.exact == (1, sp.Rational(1, 2), sp.Rational(1, 4), sp.Rational(1, 8))
     np.testing.assert_array_equal(spec.g, [1, 0.5, 0.25, 0.125])
-    assert Spectrum.from_eigenvalues([0.3, 0.7]).exact is None  # floats are not claimed exact
+    assert Spectrum.from_eigenvalues([0.7, 0.3]).exact is None  # floats are not claimed exact
     assert spec.sqrt_exact(3) == sp.sqrt(2) / 4
-    assert float(Spectrum.from_eigenvalues([0.3, 0.7]).sqrt_exact(1)) == pytest.approx(math.sqrt(0.3), rel=1e-15)
+    assert float(Spectrum.from_eigenvalues([0.7, 0.3]).sqrt_exact(1)) == pytest.approx(math.sqrt(0.3), rel=1e-15)
+    np.testing.assert_array_equal(Spectrum.from_eigenvalues([0.5, 0.5, 0.25]).g, [0.5, 0.5, 0.25])  # ties are fine
+
+
+@pytest.mark.parametrize("values, message", [
+    ([0.1, 0.9], "entry 1 (0.9) > entry 0 (0.1)"), (["1/8", "1/2"], "entry 1 ('1/2') > entry 0 ('1/8')"),
+    ([0.5, 0.4, 0.45], "entry 2 (0.45) > entry 1 (0.4)")])
+def test_unsorted_eigenvalues_are_refused_not_reordered(values: list, message: str) -> None:
+    """Sorting them silently would give x0 another variance than the user wrote (and than covariance = diag(...)
+    gives it), so a target written in x would mean something else."""
+    with pytest.raises(DataError, match=re.escape(message)):
+        Spectrum.from_eigenvalues(values)
+
+
+def test_eigenvalues_and_diagonal_covariance_give_x_the_same_variances() -> None:
+    """[data] eigenvalues = [0.6, 0.3, 0.1] and covariance = diag(0.6, 0.3, 0.1) describe the same x: the target
+    x0 + 2 x2 has the variance g_0 + 4 g_2 = 1.0 either way, checked by Monte Carlo on x ~ N(0, diag)."""
+    from featureode.config import config_from_dict
+
+    eig = config_from_dict({"data": {"dim": 3, "eigenvalues": [0.6, 0.3, 0.1]},
+                            "target": {"expr": "x0 + 2*x2", "normalize": False}})
+    cov = config_from_dict({"data": {"dim": 3, "covariance": np.diag([0.6, 0.3, 0.1]).tolist()},
+                            "target": {"expr": "x0 + 2*x2", "normalize": False}})
+    for cfg in (eig, cov):
+        spec, tgt = cfg.spectrum(), cfg.target_obj()
+        assert tgt.variance == pytest.approx(0.6 + 4 * 0.1, rel=1e-12)
+        x = np.random.default_rng(1).standard_normal((100_000, 3)) * np.sqrt([0.6, 0.3, 0.1])
+        xe = x if spec.rotation is None else x @ spec.rotation
+        np.testing.assert_allclose(tgt.evaluate(spec.to_z(xe)), x[:, 0] + 2 * x[:, 2], atol=1e-10)
+    # a diagonal covariance in ascending order keeps x0 the user's coordinate (variance 0.1); z0 is the top direction
+    asc = config_from_dict({"data": {"dim": 2, "covariance": [[0.1, 0.0], [0.0, 0.9]]},
+                            "target": {"expr": "x0", "normalize": False}})
+    assert asc.spectrum().g.tolist() == [0.9, 0.1]
+    assert {str(m): c for m, c in asc.target_obj().as_dict().items()} == {"z1": pytest.approx(math.sqrt(0.1))}
 
 
 def test_full_covariance_diagonalisation() -> None:
@@ -130,14 +163,15 @@ def test_to_x_to_z_inverse_and_variances() -> None:
 # ------------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("values, message", [
     ([1.0, 0.0], "(1, 0.0)"), ([0.5, -0.25], "(1, -0.25)"), ([float("nan"), 1.0], "nan"),
-    (["a", 1], "(0, 'a')"), ([], "non-empty")])
+    (["a", 1], "(0, 'a')"), ([], "non-empty"), ([1.0, True], "(1, True)"), ([1.0, float("inf")], "(1, inf)"),
+    ([0.9, [0.1]], "(1, [0.1])"), ("0.5, 0.5", "a list of numbers")])
 def test_bad_eigenvalues_name_the_value(values: list, message: str) -> None:
     with pytest.raises(DataError, match=re.escape(message)):
         Spectrum.from_eigenvalues(values)
 
 
 def test_direct_spectrum_must_be_descending_and_positive() -> None:
-    with pytest.raises(DataError, match="descending"):
+    with pytest.raises(DataError, match=re.escape("g_1 = 0.2 > g_0 = 0.1")):
         Spectrum(np.array([0.1, 0.2]))
     with pytest.raises(DataError, match=re.escape("(0, -1.0)")):
         Spectrum(np.array([-1.0]))
@@ -147,8 +181,10 @@ def test_direct_spectrum_must_be_descending_and_positive() -> None:
     ([[1.0, 0.5], [0.4, 1.0]], "Σ[0,1] = 0.5 but Σ[1,0] = 0.4"),
     ([[1.0, 2.0], [2.0, 1.0]], "smallest eigenvalue -1"),
     ([[1.0, 0.0], [0.0, 0.0]], "smallest eigenvalue 0"),
-    ([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], "shape (2, 3)"),
-    ([[1.0, float("inf")], [float("inf"), 1.0]], "inf"),
+    ([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], "it has 2 rows but row 0 has 3 entries"),
+    ([[1.0, 0.0], [0.0]], "it has 2 rows but row 1 has 1 entries"),
+    ([[1.0, "a"], ["a", 1.0]], "(0, 1, 'a')"), ([1.0, 2.0], "row 0 is not a list"), ([], "non-empty"),
+    ([[1.0, float("inf")], [float("inf"), 1.0]], "inf"), ([[True, 0], [0, 1]], "(0, 0, True)"),
 ])
 def test_bad_covariance_names_the_value(cov: list, message: str) -> None:
     with pytest.raises(DataError, match=re.escape(message)):
@@ -161,3 +197,22 @@ def test_bad_covariance_names_the_value(cov: list, message: str) -> None:
 def test_bad_power_law_names_the_value(kwargs: dict, message: str) -> None:
     with pytest.raises(DataError, match=re.escape(message)):
         Spectrum.power_law(**kwargs)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"dim": 3, "covariance": [[1.0, 0.0], [0.0, 1.0]]}, "[data] covariance has size 2 × 2 but dim = 3"),
+    ({"dim": 2, "eigenvalues": [0.5, 0.3, 0.2]}, "[data] eigenvalues has 3 entries but dim = 2"),
+    ({"dim": 2, "covariance": [[1.0, 0.0], [0.0]]}, "[data] covariance must be a square matrix"),
+    ({"dim": 2, "covariance": [[1.0, 2.0], [2.0, 1.0]]}, "[data] covariance is not positive definite"),
+    ({"dim": 2, "covariance": [[1.0, 0.5], [0.4, 1.0]]}, "[data] covariance is not symmetric"),
+    ({"dim": 2, "eigenvalues": [0.1, 0.9]}, "[data] eigenvalues must be in descending order"),
+    ({"dim": 2, "eigenvalues": [0.9, -0.1]}, "[data] eigenvalues must be finite numbers > 0; bad entries (index, "
+                                             "value): [(1, -0.1)]"),
+])
+def test_config_data_errors_at_load_name_the_key(data: dict, message: str) -> None:
+    """Refused when the config is read (one line naming the key), not when a command first builds the spectrum."""
+    from featureode.config import ConfigError, config_from_dict
+
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        config_from_dict({"data": data, "target": {"expr": "z0"}})
+    assert "\n" not in str(err.value)

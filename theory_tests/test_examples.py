@@ -95,7 +95,7 @@ def test_custom_closure_example(tmp_path):
     assert out["exp_displacement"]["t50"] <= out["displacement"]["t50"] * (1 + 1e-6)
 
 
-def test_compare_end_to_end_reduced(tmp_path):
+def test_compare_end_to_end_reduced(tmp_path, capsys):
     """The main job's path at reduced size: report.json schema, report.md, report.png, and the MLP cache reuse."""
     cfg_path = tmp_path / "small.toml"
     cfg_path.write_text((ROOT / "featureode" / "defaults" / "default.toml").read_text()
@@ -129,8 +129,18 @@ def test_compare_end_to_end_reduced(tmp_path):
         diff = np.interp(t_m[mask], t_o, np.log(l_o)) - np.log(l_m[mask])
         assert v["log_rms"] == pytest.approx(math.sqrt(np.mean(diff**2)), rel=1e-9)
     stamp = (out / "mlp.json").stat().st_mtime_ns
-    assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
+    assert main(["compare", str(cfg_path), "--out", str(out), "--quiet", "--figure-variant", "lazy"]) == 0
     assert (out / "mlp.json").stat().st_mtime_ns == stamp  # the finished simulation was reused
+    # a damaged mlp.npz beside a good mlp.json is refused in one line, never reused; --force recomputes it
+    (out / "mlp.npz").write_bytes((out / "mlp.npz").read_bytes()[:64])
+    assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("featureode: error:") and "mlp.npz is damaged" in err and err.count("\n") == 1
+    assert main(["compare", str(cfg_path), "--out", str(out), "--quiet", "--force"]) == 0
+    again = json.loads((out / "report.json").read_text())
+    assert again["mlp"]["loss"] == rep["mlp"]["loss"]  # the same seeds give the same run
+    assert main(["compare", str(cfg_path), "--out", str(out), "--figure-variant", "nope"]) == 2
+    assert "figure variant 'nope'" in capsys.readouterr().err
 
 
 def test_readme_python_example_runs(monkeypatch, capsys):
@@ -169,7 +179,7 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     tiny = _tiny_suite("one tiny case", compare._grid(["z0*z1"], [0.5], {}, 8), t_max_cap=30.0)
     monkeypatch.setitem(compare.SUITES, "tiny", tiny)
     study = _load_script("convergence_study")
-    calls = {"run_mlp": 0, "solve_config": 0}
+    calls = {"mlp_trajectory": 0, "solve_config": 0}
 
     def counted(name, fn):
         def wrapper(*args, **kwargs):
@@ -182,7 +192,7 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     out = tmp_path / "study"
     rows = study.main(["--out", str(out), "--suite", "tiny", "--case", "z0_z1_d8_g0.5", "--widths", "32", "64",
                        "--bases", "3:1", "8:2", "--quiet"])
-    assert calls == {"run_mlp": 2, "solve_config": 2}
+    assert calls == {"mlp_trajectory": 2, "solve_config": 2}
     assert [(r["width"], r["max_modes"], r["variant"]) for r in rows] == [
         (w, m, v) for w in (32, 64) for m in (3, 8) for v in ("lazy", "displacement")]
     assert "| 32 | +2, ≤ 8 (" in (out / "study.md").read_text()
@@ -192,14 +202,35 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     ref = compare.compare_config(cfg, tmp_path / "ref", progress=False)
     for variant in ("lazy", "displacement"):
         row = next(r for r in rows if (r["width"], r["max_modes"], r["variant"]) == (32, 8, variant))
-        v = ref["variants"][variant]
-        assert row["t50_ratio"] == compare.ratio_bounds(v, "t50_ratio")
-        assert row["t10_ratio"] == compare.ratio_bounds(v, "t10_ratio")
-        assert row["in_support_t10_ratio"] == v["in_support"]["t10_ratio"]
-        assert row["ode_loss_end"] == pytest.approx(v["loss"][-1], rel=1e-12)
-        assert row["mlp_loss_end"] == pytest.approx(ref["mlp"]["loss"][-1], rel=1e-12)
+        v = ref.variants[variant]
+        assert row["t50_ratio"] == v.metrics.t50_ratio
+        assert row["t10_ratio"] == v.metrics.t10_ratio
+        assert row["in_support_t10_ratio"] == v.in_support.t10_ratio.value
+        assert row["ode_loss_end"] == pytest.approx(v.loss[-1], rel=1e-12)
+        assert row["mlp_loss_end"] == pytest.approx(ref.mlp.loss[-1], rel=1e-12)
         assert row["mlp_in_support_end"] == pytest.approx(
-            ref["mlp"]["in_support_loss"][-1] / ref["mlp"]["in_support_loss"][0], rel=1e-12)
-        assert row["modes"] == len(ref["modes"]) and row["t_end"] == ref["mlp"]["t"][-1]
+            ref.mlp.in_support_loss[-1] / ref.mlp.in_support_loss[0], rel=1e-12)
+        assert row["modes"] == len(ref.modes) and row["t_end"] == ref.mlp.t[-1]
     with pytest.raises(SystemExit):
         study.main(["--out", str(out), "--suite", "tiny", "--case", "nope"])
+
+
+def test_readme_extending_examples_run(monkeypatch, capsys):
+    """The README's "Extending featureode" blocks run as written (from the repository root) and print what their
+    comments say: a half-strength displacement closure learns between lazy and displacement; the cubic σ = u³ − u =
+    He_3 + 2 He_1 has μ = (0, 2, 0, √6)."""
+    from featureode import activations, variants
+
+    monkeypatch.setattr(variants, "_CLOSURES", dict(variants._CLOSURES))  # leave the registries as they were
+    monkeypatch.setattr(activations, "ACTIVATIONS", dict(activations.ACTIVATIONS))
+    section = (ROOT / "README.md").read_text().split("## Extending featureode", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    assert len(blocks) == 2
+    monkeypatch.chdir(ROOT)
+    exec(compile(blocks[0], "README.md", "exec"), {})
+    t10 = {line.split()[0]: float(line.split()[1]) for line in capsys.readouterr().out.strip().splitlines()}
+    assert t10["lazy"] > t10["half_displacement"] > t10["displacement"]
+    exec(compile(blocks[1], "README.md", "exec"), {})
+    mu, lam = capsys.readouterr().out.strip().splitlines()
+    assert np.allclose(eval(mu), [0.0, 2.0, 0.0, math.sqrt(6)], atol=1e-12)
+    assert eval(lam)[0] > 0

@@ -1,17 +1,22 @@
 """Feature ODE LaTeX: the standalone ``derive`` document compiles and shows terms, variants and constants."""
 from __future__ import annotations
 
+import dataclasses
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from _ode_theories import C, LEVELS, extended_theory, make_theory
+from _ode_theories import C, LEVELS, extended_theory, make_theory, theory_from_modes
 from featureode import ode
 from featureode.config import config_from_dict
 from featureode.hermite import Mode
-from featureode.latex import derive_document, expr_latex, mode_latex, system_latex, tex_text
+from featureode.latex import _num, derive_document, expr_latex, mode_latex, system_latex, tex_text
 from featureode.variants import Variant
 
 
@@ -36,15 +41,77 @@ def test_document_shows_terms_variants_and_constants():
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
-@pytest.mark.parametrize("basis", ["target", "extended"])
+@pytest.mark.parametrize("basis", ["target", "extended", "long"])
 def test_document_compiles_with_pdflatex(tmp_path: Path, basis):
-    cfg = CFG.replace(ode={"basis": basis})
-    theory = extended_theory("staircase(2)", 8) if basis == "extended" else make_theory("staircase(2)")
-    (tmp_path / "ode.tex").write_text(derive_document(cfg, theory))
+    """It compiles in one pass, and neither the setup paragraph nor the Constants section (spectrum, mode and level
+    tables) overflows the page: pdflatex reports no overfull box on their lines ("long": 70 modes at d = 70)."""
+    if basis == "long":
+        cfg = CFG.replace(data={"dim": 70})
+        theory = theory_from_modes({f"z{i}": 70**-0.5 for i in range(70)}, dim=70)
+    else:
+        cfg = CFG.replace(ode={"basis": basis})
+        theory = extended_theory("staircase(2)", 8) if basis == "extended" else make_theory("staircase(2)")
+    doc = derive_document(cfg, theory)
+    (tmp_path / "ode.tex").write_text(doc)
     run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "ode.tex"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:]
     assert (tmp_path / "ode.pdf").stat().st_size > 1000
+    lines = doc.splitlines()
+    setup = next(i for i, line in enumerate(lines, 1) if line.startswith("Target "))
+    constants = lines.index(r"\section*{Constants}") + 1
+    log = (tmp_path / "ode.log").read_text(errors="replace")
+    overfull = [int(a) for a in re.findall(r"Overfull \\hbox .* at lines (\d+)--\d+", log)]
+    assert [a for a in overfull if a == setup or a >= constants] == [], log[-2000:]
+    assert "Rerun" not in log
+    if basis == "long":  # 70 rows: two tabulars of at most 40, each with the header
+        assert doc.count(r"$\beta$ & $v_\beta$") == 2 and "$z_{69}$" in doc
+
+
+@pytest.mark.parametrize("x, tex", [
+    (9.176e-05, r"9.176 \times 10^{-5}"), (1e-6, r"10^{-6}"), (-2.5e-7, r"-2.5 \times 10^{-7}"),
+    (23456.0, r"2.346 \times 10^{4}"), (0.5, "0.5"), (0.001117, "0.001117"), (300.0, "300"), (0.0, "0"),
+    (-0.25, "-0.25"), (None, r"\text{--}"), (float("nan"), r"\text{--}"), (float("inf"), r"\text{--}")])
+def test_numbers_are_typeset_as_powers_of_ten(x, tex):
+    assert _num(x) == tex
+
+
+@given(st.floats(-1e30, 1e30, allow_nan=False).filter(lambda v: v == 0 or abs(v) > 1e-300))
+def test_typeset_numbers_read_back_to_four_digits(x):
+    """m × 10^{e} (or 10^{e}) read back as a float is x to the 4 significant digits asked for."""
+    text = _num(x)
+    m = re.fullmatch(r"(-?[\d.]+) \\times 10\^\{(-?\d+)\}|(-?)10\^\{(-?\d+)\}|(-?[\d.]+)", text)
+    assert m, text
+    if m.group(1):
+        back = float(m.group(1)) * 10.0 ** int(m.group(2))
+    elif m.group(4):
+        back = float(m.group(3) + "1") * 10.0 ** int(m.group(4))
+    else:
+        back = float(m.group(5))
+    assert back == pytest.approx(x, rel=5.001e-4, abs=1e-300)
+
+
+def test_spectrum_and_setup_text():
+    """Every g_i of d = 16 is listed by index (g_15 too); d is stated once; no e-notation anywhere; the eigenvalues of
+    a quadrature theory carry no ± 0; a Monte Carlo theory gets a standard-error column."""
+    cfg = config_from_dict({"data": {"dim": 16}, "target": {"expr": "staircase(2)"}})
+    theory = make_theory("staircase(2)", 16)
+    doc = derive_document(cfg, theory)
+    g = theory.g
+    for i in range(16):
+        assert f"$g_{{{i}}}$" in doc and f"${_num(g[i])}$" in doc
+    assert doc.count("d = 16") == 1 and r"(i + 3)^{-1.5}" in doc
+    assert not re.search(r"\de[-+]?\d|\\mathrm\{e\}", doc) and r"\pm" not in doc and "std.\\ error" not in doc
+    err = np.asarray(theory.lambda_exact) * 0.01
+    sampled = derive_document(cfg, dataclasses.replace(theory, lambda_exact_stderr=err))
+    assert "std.\\ error" in sampled and f"${_num(err[0], 2)}$" in sampled
+
+
+def test_long_spectrum_is_shortened_and_says_so():
+    cfg = config_from_dict({"data": {"dim": 100}, "target": {"expr": "z0"}})
+    doc = derive_document(cfg, make_theory("z0", 100))
+    assert "$g_{0}$" in doc and "$g_{99}$" in doc and "$g_{60}$" not in doc
+    assert r"$g_{56}, \dots, g_{91}$ not shown" in doc
 
 
 def test_ablation_changes_the_rendering():

@@ -168,6 +168,38 @@ def test_random_polynomial_monte_carlo() -> None:
     np.testing.assert_allclose(t.constant + sd * f, p, rtol=1e-10, atol=1e-9)
 
 
+xmonomials = st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 2))
+
+
+@given(st.dictionaries(xmonomials, rationals, min_size=1, max_size=4))
+def test_x_coordinates_round_trip_exact(terms: dict) -> None:
+    """A polynomial in x under eigenvalues (1/4, 1/9, 1/16), so x_i = z_i/2, z_i/3, z_i/4 exactly: the modes
+    re-expanded with SymPy's Hermite polynomials give back the polynomial with x substituted by hand."""
+    spec = Spectrum.from_eigenvalues(["1/4", "1/9", "1/16"])
+    text = _text(terms, caret=True).replace("z", "x")
+    half = [sp.Rational(1, 2), sp.Rational(1, 3), sp.Rational(1, 4)]
+    poly = sp.expand(sum((sp.Rational(f.numerator, f.denominator) * (half[0] * ZS[0])**a * (half[1] * ZS[1])**b
+                          * (half[2] * ZS[2])**c for (a, b, c), f in terms.items()), sp.Integer(0)))
+    t = parse_target(text, spec, normalize=False)
+    assert sp.expand(expand_modes(t) - poly) == 0
+
+
+def test_large_dimension_decomposes_on_the_used_coordinates() -> None:
+    """d = 100 000 (the z-symbols of unused coordinates are never built): z0*z1 is one mode, and
+    x0*x99999 = sqrt(g_0 g_99999) z0*z99999 with g the normalised power law written out here."""
+    d = 100_000
+    spec = Spectrum.power_law(d)
+    assert as_exact(parse_target("z0*z1", spec)) == {"z0*z1": 1}
+    raw = (np.arange(d) + 3.0) ** -1.5
+    g = raw / raw.sum()
+    t = parse_target("x0*x99999 + x5", spec, normalize=False)
+    got = {str(m): c for m, c in t.as_dict().items()}
+    assert set(got) == {"z5", "z0*z99999"} and t.dim == d
+    assert got["z0*z99999"] == pytest.approx(math.sqrt(g[0] * g[-1]), rel=1e-12)
+    assert got["z5"] == pytest.approx(math.sqrt(g[5]), rel=1e-12)
+    assert [str(m) for m in parse_target("staircase(3)", spec).modes] == ["z0", "z0*z1", "z0*z1*z2"]
+
+
 def test_full_covariance_rotation_consistency() -> None:
     """Target written in the user's x: evaluate directly on x ~ N(0, Σ) (Cholesky sampler, independent of the
     package) and through the z-decomposition; they agree pointwise, and the moments match Σ."""
@@ -239,6 +271,7 @@ def test_from_modes() -> None:
     ("3", 3, "no non-constant part"),
     ("  ", 3, "non-empty"),
     ("z0, z1", 3, "not a single expression"),
+    ("z01*z1", 3, "z01 at position 0 has a leading zero; write z1"),
 ])
 def test_bad_targets(text: str, d: int, message: str) -> None:
     with pytest.raises(TargetError, match=re.escape(message)):
