@@ -363,12 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = add("validate", cmd_validate, "run a shipped validation suite (a grid file: ODE vs MLP) as a sweep")
     v.add_argument("suite", choices=suite_names(), help="grid files in featureode/suites/")
-    v.add_argument("--out", required=True, metavar="DIR")
+    v.add_argument("--out", required=True, metavar="DIR", help="output folder (DIR/runs/CASE per run, results.csv, "
+                   "summary.md)")
     executor_options(v, "target")
 
     sw = add("sweep", cmd_sweep, "run every point of a grid file: DIR/results.csv, DIR/summary.md, DIR/runs/")
     sw.add_argument("grid", help="grid file (TOML: base, [set], [grid], [zip], [sweep])")
-    sw.add_argument("--out", required=True, metavar="DIR")
+    sw.add_argument("--out", required=True, metavar="DIR", help="output folder (DIR/runs/RUN per run, results.csv, "
+                    "summary.md)")
     executor_options(sw, None)
     sw.add_argument("--ode-only", action="store_true", help="the ODE's predictions only (no network trained)")
     sw.add_argument("--list", action="store_true", help="print the points, their count and a time estimate")
@@ -400,6 +402,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("featureode.ode", "AssemblyError"), ("featureode.compile", "CompileError"), ("featureode.kernel", "KernelError"),
     ("featureode.parametrization", "ParametrizationError"), ("featureode.trajectory", "TrajectoryFileError"),
     ("featureode.mlp", "MLPError"), ("featureode.solve", "SolveError"), ("featureode.runs", "RunFolderError"),
+    ("featureode.sweeps", "SweepError"),
     ("builtins", "FileExistsError"), ("builtins", "FileNotFoundError"), ("builtins", "PermissionError"),
     ("builtins", "IsADirectoryError"), ("builtins", "NotADirectoryError"))
 

@@ -99,9 +99,9 @@ def test_wrong_value_type_is_named_with_its_point(tmp_path):
     g = _grid('[set]\n"target.expr" = "z0"\n[grid]\n"network.richness" = [0.1, 0.2]\n'
               '"network.width" = [64, "wide"]\n', tmp_path)
     with pytest.raises(GridError, match=r"point 1 \(network.richness = 0.1, network.width = 'wide'\): "
-                                        r"\[network\] width must be an integer, got 'wide'"):
+                                        r"\[network\] width must be an integer.*got 'wide'"):
         check_points(g)
-    with pytest.raises(GridError, match=r"point 0 \(network.richness = -1.0\): \[network\] richness γ must be > 0"):
+    with pytest.raises(GridError, match=r"point 0 \(network.richness = -1.0\): \[network\] richness.* must be > 0"):
         check_points(_grid('[set]\n"target.expr" = "z0"\n[grid]\n"network.richness" = [-1.0]\n', tmp_path))
 
 
