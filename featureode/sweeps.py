@@ -32,6 +32,7 @@ import numpy as np
 
 from .config import MLP_SECTIONS, Config, config_from_dict
 from .grid import AUTO, Grid, GridError, Point, check_points, load_grid, suite_path
+from .metrics import Ratio
 from .trajectory import TrajectoryFileError, read_json, write_json, write_text
 
 #: Above this many runs a sweep asks for ``yes=True`` (``--yes``).
@@ -503,46 +504,6 @@ def _parse(text: str) -> Any:
 # ----------------------------------------------------------------------------------------------------------------
 # summary and acceptance (DESIGN §5)
 # ----------------------------------------------------------------------------------------------------------------
-def ratio_bounds(v: dict[str, Any], key: str) -> tuple[float, float] | None:
-    """Where a variant's ratio ``key`` lies: its ``key + "_range"`` entry (upper end ``None`` = ∞) if it has one,
-    else the exact value, else ``None``."""
-    rng = v.get(f"{key}_range")
-    if f"{key}_range" in v:
-        return None if rng is None else (float(rng[0]), math.inf if rng[1] is None else float(rng[1]))
-    x = v.get(key)
-    return None if x is None else (float(x), float(x))
-
-
-def _stored(rng: tuple[float, float] | None) -> list[float | None] | None:
-    return None if rng is None else [rng[0], rng[1] if math.isfinite(rng[1]) else None]
-
-
-def ratio_text(rng: tuple[float, float] | None, digits: int = 3) -> str:
-    """A ratio range as text: the value, ``< hi``, ``> lo``, ``[lo, hi]``, or ``—``."""
-    if rng is None:
-        return "—"
-    lo, hi = rng
-    if lo == hi:
-        return f"{lo:.{digits}g}"
-    if lo == 0:
-        return f"< {hi:.{digits}g}"
-    if math.isinf(hi):
-        return f"> {lo:.{digits}g}"
-    return f"[{lo:.{digits}g}, {hi:.{digits}g}]"
-
-
-def in_band(rng: tuple[float, float] | None, lo: float, hi: float) -> bool | None:
-    """Is a ratio known to lie in ``[lo, hi]`` (``True``), known to lie outside (``False``), or not known (``None``)?"""
-    if rng is None:
-        return None
-    a, b = rng
-    if a == b:
-        return lo <= a <= hi
-    if lo <= a and b <= hi:
-        return True
-    return False if b <= lo or a >= hi else None
-
-
 def _all(verdicts: Sequence[bool | None]) -> bool | None:
     return False if False in verdicts else True if all(v is True for v in verdicts) else None
 
@@ -555,11 +516,11 @@ def acceptance(richness: float, variants: dict[str, dict[str, Any]]) -> dict[str
     d = variants.get("displacement")
     if d is not None:
         for rule, ((lo50, hi50), (lo10, hi10)) in BANDS.items():
-            out[rule] = _all([in_band(ratio_bounds(d, "t50_ratio"), lo50, hi50),
-                              in_band(ratio_bounds(d, "t10_ratio"), lo10, hi10)])
+            out[rule] = _all([Ratio.from_entry(d, "t50_ratio").in_band(lo50, hi50),
+                              Ratio.from_entry(d, "t10_ratio").in_band(lo10, hi10)])
     lz = variants.get("lazy")
     if lz is not None and richness <= LAZY_RICHNESS:
-        out["lazy"] = in_band(ratio_bounds(lz, "t50_ratio"), 0.9, 1.1)
+        out["lazy"] = Ratio.from_entry(lz, "t50_ratio").in_band(0.9, 1.1)
     return out
 
 
@@ -592,10 +553,11 @@ def aggregate(richness: float, outcomes: Sequence[RunOutcome]) -> dict[str, Any]
             stats[key] = {"mean": m, "sd": sd, "n": n, "values": vals}
         means[v] = {}
         for key in keys[:2] if with_mlp else ():
-            ranges = [ratio_bounds(o.variants[v], key) if v in o.variants else None for o in outcomes]
-            mean = None if None in ranges else (float(np.mean([a for a, _ in ranges])),
-                                                float(np.mean([b for _, b in ranges])))
-            stats[key]["range"] = _stored(mean)
+            ranges = [Ratio.from_entry(o.variants[v], key) if v in o.variants else Ratio.unknown()
+                      for o in outcomes]
+            mean = Ratio.unknown() if any(r.is_unknown for r in ranges) else Ratio(
+                float(np.mean([r.lo for r in ranges])), float(np.mean([r.hi for r in ranges])))
+            stats[key]["range"] = mean.to_json()
             means[v][f"{key}_range"] = stats[key]["range"]
         out["variants"][v] = stats
     out["accepted"] = acceptance(richness, means) if with_mlp else {}
@@ -614,8 +576,7 @@ def summary_markdown(title: str, description: str, seeds: Sequence[int], rows: S
         if st["n"] == len(st["values"]):
             return f(st["mean"]) + (f" ± {st['sd']:.2g}" if st["sd"] is not None else "")
         if st.get("range") is not None:
-            rng = st["range"]
-            return ratio_text((float(rng[0]), math.inf if rng[1] is None else float(rng[1])))
+            return Ratio.from_json(st["range"]).text()
         return "—" if st["n"] == 0 else f"{f(st['mean'])} ({st['n']}/{len(st['values'])} seeds)"
 
     k50, k10 = ("t50_ratio", "t10_ratio") if with_mlp else ("t50", "t10")
