@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .config import MLP_SECTIONS, Config, config_from_dict
+from .config import MLP_SECTIONS, Config, _suggest, config_from_dict
 from .grid import AUTO, Grid, GridError, Point, check_points, load_grid, suite_path
 from .metrics import Ratio
 from .trajectory import TrajectoryFileError, read_json, write_json, write_text
@@ -819,6 +819,17 @@ def _write_summary(out: Path, grid: Grid, runs: Sequence[tuple[Point, RunTask]],
     basis = grid.base["ode"]["basis"]
     write_json(out / "summary.json", {name: a for name, a in rows})
     write_text(out / "summary.md", summary_markdown(title, grid.description, grid.seeds, rows, basis))
+
+
+def point_config(grid: Grid, point: str, seed: int = 0) -> Config:
+    """The resolved config (``t_max = "auto"`` computed) of the point of ``grid`` whose run folder is named
+    ``point`` (e.g. ``"staircase_3_d16_g0.005"`` of the standard suite), with ``seed``."""
+    points = grid.points()
+    for p in points:
+        if p.name == point:
+            return RunTask(p.run_name(seed), grid.raw_config(p, seed), "", False, grid.t_max_factor,
+                           grid.t_max_cap).config()
+    raise GridError(f"unknown point {point!r} in {grid.source}" + _suggest(point, [p.name for p in points]))
 
 
 def run_suite(name: str, out: "str | Path", executor: Any = None, basis: str = "target", force: bool = False,
