@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -163,15 +162,6 @@ class Report:
         buf = io.BytesIO()
         self.figure(variant).savefig(buf, format="png", dpi=110)
         write_bytes(out / "report.png", buf.getvalue())
-
-    # --- read access to the report.json content, for the validation-suites section of compare.py, which was written
-    # --- against the dict; removed at merge (suites then read Report or report.json)
-    @cached_property
-    def _json_view(self) -> dict[str, Any]:
-        return self.to_json()
-
-    def __getitem__(self, key: str) -> Any:
-        return self._json_view[key]
 
 
 def build_report(cfg: Config, ode: ODEResult, mlp: Trajectory, wall_s: float | None = None) -> Report:

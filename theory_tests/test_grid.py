@@ -1,7 +1,6 @@
 """Grid files (DESIGN §7): parsing, point order and names, every bad input, the shipped suites, ``t_max = "auto"``."""
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 
@@ -143,19 +142,6 @@ def test_standard_suite_matches_a_hand_written_list(tmp_path):
         assert raw["training"]["t_max"] == "auto"
         got = config_from_dict({**raw, "training": {**raw["training"], "t_max": 1.0}})
         assert got.to_dict() == want.to_dict(), name
-
-
-def test_standard_suite_equals_the_old_python_suites(tmp_path):
-    """The grid files give the configs (digests included) of compare.SUITES. Delete with compare's suite code."""
-    from featureode import compare
-
-    for suite in ("standard", "quick"):
-        runs = {t.name: t for _, t in plan(load_grid(suite_path(suite)), tmp_path)}
-        old = [dataclasses.replace(c, seed=s) for c in compare.SUITES[suite]["cases"]
-               for s in compare.SUITES[suite].get("seeds", (0,))]
-        assert sorted(runs) == sorted(c.run_name for c in old)
-        for c in old[:: 7 if suite == "standard" else 1]:
-            assert runs[c.run_name].config().digest() == compare.suite_config(suite, c).digest(), c.run_name
 
 
 def test_auto_t_max_is_the_lazy_bound_for_one_mode():
