@@ -269,15 +269,12 @@ def report_figure(path: Path, cfg: Config, ode: dict, mlp: dict, report: dict) -
 
 def compare_config(cfg: Config, out: "str | Path", progress: bool = True) -> dict:
     """Solve every ODE variant, simulate (or reuse) the MLP, and write ``report.json``, ``report.md``, ``report.png``."""
-    from .solve import SolveError, solve_config
+    from .solve import solve_config
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    try:
-        ode = solve_config(cfg, out)
-    except SolveError as exc:  # a variant that failed keeps its partial curve and an "error" key
-        ode = exc.result
+    ode = solve_config(cfg, out).to_json()  # a variant that failed keeps its partial curve and an "error" key
     mlp = run_mlp(cfg, out, progress=progress)
     report = build_report(cfg, ode, mlp)
     report.update(digest=cfg.digest(tuple(SECTIONS)), wall_s=time.time() - t0)

@@ -42,13 +42,14 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
-from . import ode
+from . import integrate, ode
 from .indexed import IndexedExpressionError, IndexSpace, axes
 
 #: Version of the generator: a hash of the modules that shape the generated code (this one, the Jacobian
 #: derivation and the system definitions), so an edited generator never reads stale modules from the cache.
 CODEGEN_VERSION = hashlib.sha256(b"".join(
-    (Path(__file__).parent / name).read_bytes() for name in ("compile.py", "indexed.py", "ode.py"))).hexdigest()[:12]
+    (Path(__file__).parent / name).read_bytes()
+    for name in ("compile.py", "indexed.py", "ode.py", "integrate.py"))).hexdigest()[:12]
 BACKENDS = ("numpy", "numba")
 _BUILTIN_TERMS = {t.name for t in (*ode.CORE_TERMS, ode.AGOP_GROWTH, ode.DISPLACEMENT_GROWTH)}
 _AXIS_ORDER = (ode.beta, ode.i, ode.alpha, ode.j)
@@ -78,6 +79,7 @@ class Compiled:
     rhs: Callable
     observe: Callable
     jac: Callable
+    rodas: Callable | None = None   # numba only: the compiled integrator of :mod:`featureode.integrate`
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -368,7 +370,7 @@ def _numba_source(system: ode.System) -> list[str]:
              "    out[M:, :M] = c", "    out[M:, M:] = e", "    return out", "", ""]
     for name, assignments, ret in _functions(system):
         lines += _numba_function(name, system, assignments, ret)
-    return lines
+    return lines + integrate.template_source()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -425,6 +427,6 @@ def compile_system(system: ode.System, backend: str = "numpy") -> Compiled:
         del sys.modules[modname]
         raise CompileError(f"backend {backend!r} needs a package that is not installed: {exc}") from None
     compiled = Compiled(backend, key, path, from_cache, time.perf_counter() - start,
-                        module.rhs, module.observe, module.jac)
+                        module.rhs, module.observe, module.jac, getattr(module, "rodas", None))
     _LOADED[(backend, key)] = compiled
     return compiled
