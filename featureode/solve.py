@@ -112,12 +112,14 @@ class _BuiltVariant:
         return getattr(self._variant, name)
 
 
-_BUILT: dict[tuple, tuple[Any, ode.System, dict[str, Compiled]]] = {}
+_BUILT: dict[tuple, tuple[ode.System, dict[str, Compiled]]] = {}
 
 
 def _spec(variant: Variant, basis: str) -> tuple:
-    """What a variant's system depends on: closure (by identity), scale, ablations, replacements, parameter names."""
-    return (id(variant.closure_obj), variant.scale, variant.ablate,
+    """What a variant's system depends on: the closure's name and term (by value, so an equal user closure made
+    again reuses the system), scale, ablations, replacements, parameter names and the basis."""
+    closure = variant.closure_obj
+    return (closure.name, closure.term, variant.scale, variant.ablate,
             tuple(sorted((k, str(x)) for k, x in variant.replace.items())), tuple(sorted(variant.param_values)),
             basis)
 
@@ -125,11 +127,9 @@ def _spec(variant: Variant, basis: str) -> tuple:
 def _built(variant: Variant, basis: str, backend: str) -> tuple[_BuiltVariant, ode.System, Compiled]:
     """The variant's system for ``basis`` and its ``backend`` code, built and compiled once per process."""
     key = _spec(variant, basis)
-    entry = _BUILT.get(key)
-    if entry is None or entry[0] is not variant.closure_obj:   # identity check: ids of dead closures are reused
-        entry = (variant.closure_obj, variant.system(basis), {})
-        _BUILT[key] = entry
-    _, system, compiled = entry
+    if key not in _BUILT:
+        _BUILT[key] = (variant.system(basis), {})
+    system, compiled = _BUILT[key]
     if backend not in compiled:
         compiled[backend] = compile_system(system, backend)
     return _BuiltVariant(variant, system), system, compiled[backend]
@@ -292,7 +292,7 @@ def _run_compiled(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: 
         last = np.abs(res.y[-1]) if len(res.y) else np.zeros(1)
         k = res.component if res.component is not None else int(np.argmax(np.where(np.isfinite(last), last,
                                                                                       np.inf)))
-        failure = ("blowup", res.t_reached, k, res.message)
+        failure = ("blowup", res.t_reached, k, "rodas4 stopped there" if res.status == -1 else res.message)
     elif res.status < 0:
         failure = ("failed", res.t_reached, -1, res.message)
     return _Run(res.t, res.y, res.r, res.s, res.lam, res.t_events, stats, failure)

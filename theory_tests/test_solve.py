@@ -170,7 +170,9 @@ def test_solve_batch_equals_solve_config_per_config(tmp_path, monkeypatch):
     assert batch[1].variants["displacement"].t10 < batch[0].variants["displacement"].t10
 
 
-CLOSURES = [Variant("lazy"), Variant("agop"), Variant("displacement"), Variant("displacement", scale=True)]
+CLOSURES = [Variant("lazy"), Variant("agop"), Variant("displacement"), Variant("displacement", scale=True),
+            # a residual term whose Jacobian is not [[·, ·], [−I, 0]]: the integrator's full-size LU path
+            Variant("displacement", replace={"residual_integral": "(v[b] - f[b])*(1 + f[b]**2)"})]
 
 
 @pytest.mark.parametrize("variant", CLOSURES, ids=lambda v: v.label)
@@ -208,8 +210,9 @@ def test_rodas4_step_has_local_error_of_order_five(monkeypatch):
     for h in (0.04, 0.02, 0.01):
         y0 = np.ones(1)
         ks, ynew = np.empty((6, 1)), np.empty(1)
-        used = integrate._rodas_step(y0, (), np.array([[-3.0]]), h, np.empty((1, 1)), np.zeros(1, dtype=int), ks,
-                                     ynew, integrate.A, integrate.C, integrate.M, integrate.GAMMA)
+        used = integrate._rodas_step(y0, (), np.array([[-3.0]]), False, h, np.empty((1, 1)), None,
+                                     np.zeros(1, dtype=int), None, ks, ynew, integrate.A, integrate.C, integrate.M,
+                                     integrate.GAMMA)
         assert used == 6
         errors.append(abs(ynew[0] - (1 + 2 * h) ** -0.5))
     orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
