@@ -35,6 +35,7 @@ from .variants import Variant, variants_from_config
 
 JACOBIAN_MAX_STATES = 2000
 COMPILED_METHODS = ("rodas4",)
+SCIPY_METHODS = ("LSODA", "BDF", "Radau", "RK45", "RK23", "DOP853")   # solve_ivp's, the reference backend
 IMPLICIT_METHODS = ("LSODA", "BDF", "Radau")
 LEVELS = (0.5, 0.1)
 BLOWUP = 1e6          # blow-up bound on |y|, times (1 + t_max) max|v_β|
@@ -326,6 +327,9 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalu
     if not t_max > t_min > 0 or n_points < 2:
         raise SolveError(f"need t_max > t_min > 0 and n_points ≥ 2, got t_max={t_max}, t_min={t_min}, "
                          f"n_points={n_points}")
+    if method not in COMPILED_METHODS + SCIPY_METHODS:
+        raise ValueError(f"[ode] method {method!r} is unknown; valid: rodas4 (compiled, default) or a solve_ivp "
+                         f"method: {', '.join(SCIPY_METHODS)}")
     compiled_method = method in COMPILED_METHODS
     code = "numba" if compiled_method else backend
     built, system, compiled = _built(variant, basis, code)

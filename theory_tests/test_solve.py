@@ -112,6 +112,11 @@ def test_non_finite_state_stops_and_keeps_what_was_computed():
     np.testing.assert_allclose(sol.f[:, 0], np.tan(sol.t), rtol=1e-5)
 
 
+def test_unknown_method_is_named():
+    with pytest.raises(ValueError, match=r"method 'rk4' is unknown; valid: rodas4"):
+        solve_variant(make_theory("z0"), "lazy", 10.0, method="rk4")
+
+
 def test_extended_basis_needs_the_gram_matrix():
     with pytest.raises(SolveError, match="with_gram=True"):
         solve_variant(make_theory("z0"), "lazy", 10.0, basis="extended")
@@ -175,31 +180,41 @@ CLOSURES = [Variant("lazy"), Variant("agop"), Variant("displacement"), Variant("
             Variant("displacement", replace={"residual_integral": "(v[b] - f[b])*(1 + f[b]**2)"})]
 
 
-@pytest.mark.parametrize("variant", CLOSURES, ids=lambda v: v.label)
-@pytest.mark.parametrize("basis", ["target", "extended"])
-def test_rodas4_matches_solve_ivp_at_tight_tolerances(variant, basis):
+def _check_against_radau(variant: Variant, basis: str) -> None:
     """The compiled integrator at its default tolerances against SciPy's Radau at rtol = 1e-13 (the reference
-    backend, integrated independently of the RODAS4 code): curves to 1e-5 in log-loss where L/L(0) > 1e-6 (the
-    default atol = 1e-10 bounds the accuracy of smaller losses), crossing times to 1e-6 relative."""
+    backend: another integrator, with its own error control and dense output, on the same generated right-hand
+    side, whose NumPy and numba versions test_compile checks against each other and SymPy): curves to 1e-5 in
+    log-loss where L/L(0) > 1e-6 (the default atol = 1e-10 bounds the accuracy of smaller losses), f_β to 1e-7,
+    crossing times to 1e-6 relative."""
     theory = extended_theory("staircase(2)", 6) if basis == "extended" else make_theory("staircase(3)")
     sol = solve_variant(theory, variant, 1e3, basis=basis)
     inputs, system = system_inputs(theory, variant, basis=basis)
-    code = compile_system(system, "numpy")
+    code = compile_system(system, "numba")
     m = theory.target.size
     ref = solve_ivp(lambda t, y: code.rhs(y, *inputs), (0, 1e3), np.zeros(2 * m), method="Radau", t_eval=sol.t,
-                    rtol=1e-13, atol=1e-15, jac=lambda t, y: code.jac(y, *inputs))
+                    rtol=1e-13, atol=1e-15, jac=lambda t, y: code.jac(y, *inputs), dense_output=True)
     loss = np.sum((theory.target - ref.y[:m].T) ** 2, axis=1) / np.sum(theory.target**2)
     ok = loss > 1e-6
     assert np.max(np.abs(np.log(sol.loss[ok]) - np.log(loss[ok]))) < 1e-5
     np.testing.assert_allclose(sol.f, ref.y[:m].T, atol=1e-7)
     for level, t_cross in ((0.5, sol.t50), (0.1, sol.t10)):
         k = int(np.argmax(loss <= level))
-        # the crossing of the reference, located on its own dense output between the bracketing output times
-        fine = solve_ivp(lambda t, y: code.rhs(y, *inputs), (0, sol.t[k]), np.zeros(2 * m), method="Radau",
-                         rtol=1e-13, atol=1e-15, jac=lambda t, y: code.jac(y, *inputs), dense_output=True)
-        exact = brentq(lambda t: np.sum((theory.target - fine.sol(t)[:m]) ** 2) / np.sum(theory.target**2) - level,
+        exact = brentq(lambda t: np.sum((theory.target - ref.sol(t)[:m]) ** 2) / np.sum(theory.target**2) - level,
                        sol.t[k - 1], sol.t[k], xtol=1e-14, rtol=1e-15)
         assert t_cross == pytest.approx(exact, rel=1e-6)
+
+
+@pytest.mark.parametrize("basis, variant", [("target", CLOSURES[2]), ("extended", CLOSURES[1]),
+                                            ("target", CLOSURES[4])], ids=lambda x: getattr(x, "label", x))
+def test_rodas4_matches_solve_ivp_at_tight_tolerances(basis, variant):
+    _check_against_radau(variant, basis)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", CLOSURES, ids=lambda v: v.label)
+@pytest.mark.parametrize("basis", ["target", "extended"])
+def test_rodas4_matches_solve_ivp_every_closure(variant, basis):
+    _check_against_radau(variant, basis)
 
 
 def test_rodas4_step_has_local_error_of_order_five(monkeypatch):
