@@ -24,9 +24,8 @@ from featureode.kernel import KernelError
 from featureode.metrics import Ratio
 from featureode.report import build_report
 from featureode.runs import mlp_trajectory
-from featureode.solve import SolveError, solve_config
+from featureode.solve import solve_config
 from featureode.sweeps import apply_basis, point_config
-from featureode.trajectory import ODEResult
 
 
 def _basis(text: str) -> tuple[int, int]:
@@ -60,12 +59,8 @@ def study(suite: str, case_name: str, widths: Sequence[int], bases: Sequence[tup
     odes = {}
     for modes, degree in bases:
         cfg = base.replace(ode={"extended_max_modes": modes, "extended_degree": degree})
-        folder = out / f"ode_{modes}_{degree}"
-        try:
-            solve_config(cfg, folder)
-        except SolveError:  # ode.json keeps the partial curve; the report marks the variant as failed
-            pass
-        odes[modes, degree] = ODEResult.load(folder)
+        # a failed variant keeps its partial curve (status.error): the report marks it as failed
+        odes[modes, degree] = solve_config(cfg, out / f"ode_{modes}_{degree}")
     rows = []
     for width, cfg in configs.items():
         mlp = mlp_trajectory(cfg, out / f"mlp_N{width}", progress=progress)

@@ -137,10 +137,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from .solve import solve_config
 
     res = solve_config(_config_for_out(args), args.out)
-    for name, v in res["variants"].items():
-        print(f"{name:<24} t50 = {_fmt(v.get('t50'))}   t10 = {_fmt(v.get('t10'))}")
+    for name, tr in res.variants.items():
+        print(f"{name:<24} t50 = {_fmt(tr.t50)}   t10 = {_fmt(tr.t10)}")
     print(f"wrote {Path(args.out) / 'ode.json'}")
-    return 0
+    for error in res.errors.values():
+        print(f"featureode: error: {error}", file=sys.stderr)
+    return 1 if res.errors else 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

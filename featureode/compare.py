@@ -14,7 +14,6 @@ from typing import Sequence
 from . import runs
 from .config import Config
 from .report import Report, build_report, figure_variants
-from .trajectory import ODEResult
 
 
 def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
@@ -23,18 +22,14 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
     finished simulation of the same config there), and write ``out/report.json``, ``report.md``, ``report.png``.
     ``figure_variant``: the ODE variant(s) of the figure's mode and eigenvalue panels (default ``displacement``).
     The folder is locked while it runs (:func:`featureode.runs.locked`). Returns the :class:`Report`."""
-    from .solve import SolveError, solve_config
+    from .solve import solve_config
     from .variants import variants_from_config
 
     figure_variants([v.label for v in variants_from_config(cfg.ode)], figure_variant)  # checked before the work
     out = Path(out)
     with runs.locked(out):
         t0 = time.time()
-        try:
-            solve_config(cfg, out)
-        except SolveError:  # ode.json is written first and keeps each failed variant with its error
-            pass
-        ode = ODEResult.load(out)
+        ode = solve_config(cfg, out)  # a failed variant keeps its partial curve, with status.error
         mlp = runs.mlp_trajectory(cfg, out, progress=progress)
         report = build_report(cfg, ode, mlp, wall_s=time.time() - t0)
         report.write(out, variant=figure_variant)

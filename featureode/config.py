@@ -97,7 +97,7 @@ class ODEConfig:
     scale: bool = False
     extended_degree: int = 2
     extended_max_modes: int = 40
-    method: str = "LSODA"
+    method: str = "rodas4"       # compiled RODAS4 (featureode.integrate), or a scipy solve_ivp method
     rtol: float = 1e-8
     atol: float = 1e-10
     n_points: int = 200
