@@ -20,7 +20,7 @@ from .variants import Variant, closure_names, get_closure, variants_from_config
 
 _INDEXED = {"f": "f_{%s}", "D": "D_{%s}", "v": "v_{%s}", "lam0": r"\lambda_{%s}(0)", "lam": r"\lambda_{%s}",
             "rho": r"\rho_{%s}", "gpow": "g^{%s}", "c": "c_{|%s|}", "g": "g_{%s}", "r": "r_{%s}",
-            "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}"}
+            "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}", "S": r"S_{%s%s}", "Sd": r"\bar S_{%s}"}
 _LHS = {"r": "r_i", "s": "s", "rho": r"\rho_\beta", "lam": r"\lambda_\beta(t)",
         "dfdt": r"\frac{d f_\beta}{dt}", "dDdt": r"\frac{d D_\beta}{dt}"}
 
@@ -59,7 +59,7 @@ class _Printer(LatexPrinter):
         idx = [self._print(k) for k in expr.indices]
         if template is None:
             return f"{self._print(expr.base.label)}_{{{','.join(idx)}}}"
-        if str(expr.base) == "K":
+        if str(expr.base) in ("K", "S"):
             return template % (idx[0], idx[1])
         return template % tuple(idx) if template.count("%s") == len(idx) else template % idx[0]
 

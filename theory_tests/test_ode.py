@@ -212,8 +212,8 @@ def test_undefined_symbols_are_named():
         parse_expression("1 + eta*sum_b(B[b,i]*foo[b])")
     with pytest.raises(VariantError, match=r"undefined symbols: zeta, bar\(…\)"):
         parse_expression(sp.Symbol("zeta") * ode.f[ode.beta] + sp.Function("bar")(ode.i))
-    with pytest.raises(VariantError, match="undefined symbols: q"):
-        make_closure("mine", "1 + q*sum_b(D[b]**2)")
+    with pytest.raises(VariantError, match="undefined symbols: qq"):
+        make_closure("mine", "1 + qq*sum_b(D[b]**2)")
     with pytest.raises(VariantError, match="f must be written with indices"):
         parse_expression("1 + f")
 
