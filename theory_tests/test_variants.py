@@ -127,7 +127,7 @@ def test_resummed_law_is_the_exact_flow_of_a_linear_network():
     for D in (0.5, 2.0, 5.0):
         _, _, lam = compiled.observe(np.array([0.0, D]), *inputs)
         rho = lam[0] / inputs[system.inputs.index("lam0")][0]
-        assert rho == pytest.approx(math.cosh(2 * gamma * math.sqrt(G3[0]) * D), rel=1e-9)
+        assert rho == pytest.approx(math.cosh(2 * gamma * math.sqrt(G3[0]) * D), rel=1e-6)  # S from differences
 
 
 def test_eigenvalue_laws_replace_eigen_growth_and_keep_r_at_one():
