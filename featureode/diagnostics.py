@@ -8,7 +8,8 @@ One row per variant, four panels:
    mode, each part over its own value at ``t = 0`` — the prediction of a variant for a part is its
    ``lambda_parts/PART`` array when it has one, else its total growth ``λ_β(t)/λ_β(0)`` (every built-in closure
    scales all parts of a mode alike);
-3. ``r_i(t)`` on the directions of the target's support (at most four), predicted against measured;
+3. ``r_i(t)`` on the directions of the target's support (at most four), predicted against measured (a variant
+   whose ``r_i ≡ 1`` — lazy, or an eigenvalue law — is said so instead of drawn);
 4. ``⟨a²⟩(t)/⟨a²⟩(0)``: measured (``a2``) against the variant's ``a2`` (or ``s``, the predicted readout growth of
    the scale factor, when the variant has one).
 
@@ -131,9 +132,12 @@ def diagnostics_figure(mlp: Trajectory, variants: Mapping[str, Trajectory], *,
             _note(ax_p, "no measured lambda_parts in the simulation")
         ax_p.set_title(f"parts of λ({lead})", fontsize=8)
         # 3. r_i(t)
+        flat_r = traj.r is not None and bool(np.all(np.asarray(traj.r) == 1.0))
+        if flat_r:
+            _note(ax_r, f"{name}: r_i ≡ 1 (no direction law)")
         for k, i in enumerate(dims):
             c = colors[k % 10]
-            if traj.r is not None and np.asarray(traj.r).shape[1] > i:
+            if traj.r is not None and not flat_r and np.asarray(traj.r).shape[1] > i:
                 ax_r.plot(t_o[pos_o], np.asarray(traj.r)[pos_o, i], color=c, label=f"r_{i} {name}")
             if mlp.r is not None and np.asarray(mlp.r).shape[1] > i:
                 ax_r.plot(t_m[pos_m], np.asarray(mlp.r)[pos_m, i], color=c, ls="--", label=f"r_{i} measured")
