@@ -137,9 +137,32 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
         facts.append("removed terms: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in system.removed))
     if system.replaced:
         facts.append("replaced terms: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in system.replaced))
+    uses = set().union(*(a.expr.free_symbols | {x.base for x in a.expr.atoms(sp.Indexed)}
+                         for a in system.assignments))
+    if ode.q in uses:
+        from .parametrization import get_parametrization
+        name = getattr(theory, "parametrization", None) or "meanfield"
+        q = get_parametrization(name).closure_prefactor(float(theory.gamma))
+        facts.append(rf"$q = {_num(q)}$ (closure prefactor of the {tex_text(name)} parametrization)")
     facts += [rf"${expr_latex(sp.Symbol(k))} = {_num(val)}$" for k, val in variant.param_values.items()]
-    return (rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
-            + system_latex(system))
+    out = (rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
+           + system_latex(system))
+    if ode.S in uses:
+        out += "\n" + _second_order_table(theory)
+    return out
+
+
+def _second_order_table(theory: Any) -> str:
+    """``S_{βα}`` (columns: the target's modes, which drive) with their Monte Carlo standard errors."""
+    from .second_order import second_order_constants
+
+    drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
+    so = second_order_constants(theory.modes, theory.g, theory.activation, theory.bias_std, drivers=drivers)
+    head = [r"$\beta$"] + [rf"$S_{{\beta,{mode_latex(theory.modes[k])}}}$" for k in drivers]
+    rows = [[f"${mode_latex(m)}$"] + [rf"${_num(so.S[r, k])} \pm {_num(so.S_stderr[r, k], 2)}$" for k in drivers]
+            for r, m in enumerate(theory.modes)]
+    return (rf"Second-order constants (Monte Carlo over ${so.n_neurons}$ init neurons):" + "\n\n"
+            + _table(head, rows) + "\n")
 
 
 def _constants(theory: Any) -> str:
