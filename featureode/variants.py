@@ -257,11 +257,24 @@ def _variant_from_table(name: str, table: Mapping[str, Any], kappa: float | None
                    name=name)
 
 
-def variants_from_config(cfg: Any) -> list[Variant]:
-    """The variants of an ``[ode]`` config table (:class:`featureode.config.ODEConfig`), in the listed order."""
+#: The variant name of :func:`featureode.replay.replay` (driven by measurements; not an ODE closure).
+REPLAY = "replay"
+
+
+def variants_from_config(cfg: Any, allow_replay: bool = False) -> list[Variant]:
+    """The variants of an ``[ode]`` config table (:class:`featureode.config.ODEConfig`), in the listed order.
+
+    ``replay`` (:data:`REPLAY`) is not an ODE variant: it needs a simulation. With ``allow_replay`` (a caller that
+    has one, e.g. compare, and adds :func:`featureode.replay.replay_run`) it is skipped; otherwise it is an error."""
     custom = dict(cfg.custom or {})
     out = []
     for name in cfg.variants:
+        if name == REPLAY and name not in custom:
+            if allow_replay:
+                continue
+            raise VariantError("[ode] variants: 'replay' drives the kernel flow with the measured λ_β(t) of a "
+                               "simulation, so only compare can compute it (featureode.replay.replay_run on the "
+                               "run folder); remove it from the variants of solve/derive")
         if name in custom:
             if not isinstance(custom[name], Mapping):
                 raise VariantError(f"[ode.custom.{name}] must be a table")
