@@ -34,7 +34,9 @@ import numpy as np
 from .activations import get_activation
 from .hermite import Mode
 
+#: Init neurons of the Monte Carlo average: closed-form derivative means / quadrature ones (10–50× slower each).
 N_NEURONS = 100_000
+N_NEURONS_QUADRATURE = 20_000
 STEP = 1e-3
 
 
@@ -59,9 +61,14 @@ class _Neurons:
         self.a = rng.standard_normal(n)
         self.W = rng.standard_normal((n, self.g.size)) * np.sqrt(self.g)
         self.b = bias_std * rng.standard_normal(n)
+        self.memo: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def m(self, k: int, W: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return self.act.mean_numpy(k)(b, np.sqrt(np.sum(W * W, axis=1)))
+        """``m_k(b, |ŵ|)``, remembered per point (the points of one driving mode are shared by every row)."""
+        key = (id(W), id(b), k)
+        if key not in self.memo:
+            self.memo[key] = (W, b, self.act.mean_numpy(k)(b, np.sqrt(np.sum(W * W, axis=1))))
+        return self.memo[key][2]
 
     @staticmethod
     def _mono(mode: Mode, W: np.ndarray, drop: int | None = None) -> np.ndarray:
@@ -95,12 +102,15 @@ class _Neurons:
 
 
 def second_order_constants(modes: Sequence["Mode | str"], g: Sequence[float], activation: str, bias_std: float, *,
-                           drivers: Sequence[int] | None = None, n_neurons: int = N_NEURONS, seed: int = 0,
+                           drivers: Sequence[int] | None = None, n_neurons: int | None = None, seed: int = 0,
                            step: float = STEP) -> SecondOrder:
     """``S_{βα}`` of the module docstring for every β in ``modes`` and every driving α in ``drivers`` (indices into
     ``modes``; default all; other columns are 0), averaged over ``n_neurons`` init neurons (``a ~ N(0, 1)``,
-    ``ŵ_i ~ N(0, g_i)``, ``b ~ N(0, σ_b²)``, fixed ``seed``)."""
+    ``ŵ_i ~ N(0, g_i)``, ``b ~ N(0, σ_b²)``, fixed ``seed``; default :data:`N_NEURONS`, or
+    :data:`N_NEURONS_QUADRATURE` for an activation whose derivative means need quadrature)."""
     ms = [m if isinstance(m, Mode) else Mode.parse(m) for m in modes]
+    if n_neurons is None:
+        n_neurons = N_NEURONS if get_activation(activation).mean0 is not None else N_NEURONS_QUADRATURE
     return _constants(tuple(ms), tuple(float(x) for x in g), str(activation), float(bias_std),
                       tuple(range(len(ms)) if drivers is None else drivers), int(n_neurons), int(seed), float(step))
 
@@ -120,13 +130,14 @@ def _constants(modes: tuple[Mode, ...], g: tuple[float, ...], activation: str, b
         plus = nr.flow(alpha, *(x + h * dx for x, dx in zip((a, W, b), v1)))
         minus = nr.flow(alpha, *(x - h * dx for x, dx in zip((a, W, b), v1)))
         v2 = [(p - q) / (2 * h) for p, q in zip(plus, minus)]
+        points = [tuple(x + eps * d1 + 0.5 * eps**2 * d2 for x, d1, d2 in zip((a, W, b), v1, v2))
+                  for eps in (h, -h)]
         for row, beta in enumerate(modes):
-            def at(eps: float) -> np.ndarray:
-                return nr.kernel(beta, *(x + eps * d1 + 0.5 * eps**2 * d2 for x, d1, d2 in zip((a, W, b), v1, v2)))
-            h2 = (at(h) - 2 * k0[row] + at(-h)) / h**2 / 2
             if not lam0[row] > 0:
                 continue
+            h2 = (nr.kernel(beta, *points[0]) - 2 * k0[row] + nr.kernel(beta, *points[1])) / h**2 / 2
             ratio = h2.mean() / lam0[row]
             resid = (h2 - ratio * k0[row]) / lam0[row]      # delta method for the ratio of means
             S[row, col], err[row, col] = ratio, resid.std(ddof=1) / math.sqrt(n)
+        nr.memo = {k: val for k, val in nr.memo.items() if val[0] is W}      # keep the init point only
     return SecondOrder(S, err, lam0, n)
