@@ -4,7 +4,8 @@
 Run ``python derivations/closure_second_order.py --out FILE.tex``. Steps (each printed, each checked):
 
 1. Per-neuron projections by exact Gaussian integration over ``z`` (d = 2, a polynomial activation with symbolic
-   coefficients ``σ(u) = s_1 u + s_2 u²/2``): ``A_β(ŵ, b) = E_z[h_β σ(ŵ·z + b)]``; checked against the Stein form ``ŵ^β m_{|β|}/sqrt(β!)``.
+   coefficients ``σ(u) = s_1 u + s_2 u²/2``): ``A_β(ŵ, b) = E_z[h_β σ(ŵ·z + b)]``; checked against the Stein
+   form ``ŵ^β m_{|β|}/sqrt(β!)``.
 2. The per-neuron kernel ``k_β = A_β² + a²(Σ_i g_i (∂_{ŵ_i} A_β)² + (∂_b A_β)²)`` (readout, weights, bias).
 3. The mean-field flow driven by mode α, in the integrated residual ``D``: ``dθ/dD = γ P ∇φ_α``, ``φ_α = a A_α``,
    ``P = diag(1, g, 1)``; its second-order expansion ``θ = θ_0 + γD v_1 + ½(γD)² v_2`` checked against two Picard

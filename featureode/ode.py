@@ -123,7 +123,8 @@ EIGEN_GROWTH = Term("eigen_growth", direction_product(r[i] ** B[beta, i]), (beta
                     "eigenvalue growth: each eigenvalue follows the variance growth of the directions of its mode")
 SCALE = Term("scale", 1 + q * mode_sum(c[beta] * gpow[beta] * D[beta] ** 2), (), sp.Integer(1),
              "scale factor: predicted growth of the second-layer second moment, multiplying every eigenvalue")
-"""``s = 1 + q Σ_β c_{|β|} g^β D_β²`` (``q = γ²`` in the meanfield parametrization), the predicted growth of the second-layer second moment ``⟨a²⟩``.
+"""``s = 1 + q Σ_β c_{|β|} g^β D_β²`` (``q = γ²`` in the meanfield parametrization), the predicted growth of the
+second-layer second moment ``⟨a²⟩``.
 
 Derivation. The readout weights follow ``da_k/dt = γ E_x[(y − f) σ(u_k)]``. With ``y − f = Σ_β (v_β − f_β) h_β`` and
 Gaussian integration by parts (DESIGN §2) ``E_x[h_β σ(u_k)] = ŵ_k^β m_{|β|}(b_k, |ŵ_k|)/sqrt(β!)``; to first order

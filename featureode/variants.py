@@ -1,7 +1,8 @@
 """Variants and ablation as data (DESIGN §4): a variant is a closure + options + removed/replaced terms.
 
 - Closures are named entries of a registry (:func:`closure_names`): ``lazy`` (``r_i = 1``), ``agop``,
-  ``displacement`` (direction laws for ``r_i``), ``second_order`` and ``resummed`` (eigenvalue laws for ``ρ_β``); :func:`register_closure` adds one from a SymPy expression (or a string) for ``r_i``.
+  ``displacement`` (direction laws for ``r_i``), ``second_order`` and ``resummed`` (eigenvalue laws for ``ρ_β``);
+  :func:`register_closure` adds one from a SymPy expression (or a string) for ``r_i``.
 - Terms are named (:func:`term_names`); ``Variant(..., ablate=[name])`` removes a term (its neutral value takes its
   place) and ``Variant(..., replace={name: expr})`` swaps its body — e.g. a new eigenvalue law
   ``replace={"eigen_growth": "prod_i(r[i]**(2*B[b,i]))"}``.

@@ -111,7 +111,7 @@ def test_linear_activation_has_the_exact_second_order_constants():
     # linear σ: λ_{z_i} = g_i(⟨ŵ_i²⟩/g_i + ⟨a²⟩); driven by z_j, ⟨a²⟩ and ⟨ŵ_j²⟩/g_j grow as cosh(2γ sqrt(g_j) D)
     so = second_order_constants(["z0", "z1"], G3, "u", 0.5, n_neurons=2000)
     np.testing.assert_allclose(so.S, [[2 * G3[0], G3[1]], [G3[0], 2 * G3[1]]], rtol=0.1)
-    np.testing.assert_allclose(np.diag(so.S), 2 * G3[:2], rtol=1e-6)      # per neuron exact on the diagonal (rounding of the differences)
+    np.testing.assert_allclose(np.diag(so.S), 2 * G3[:2], rtol=1e-6)   # exact per neuron up to rounding
 
 
 def _linear_theory(expr: str = "z0"):

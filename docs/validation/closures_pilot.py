@@ -45,7 +45,8 @@ NOTES = """## What the pilot and the diagnostics say
   both inside 10%.
 - `resummed` is the best closure on single level-1 modes and overshoots elsewhere (z0*z1, staircase(2) t10, degree 3).
 - Decision: none. `second_order` is better than `displacement` in 6 of 7 pilot cases on t50 and in 5 of 7 on t10
-  (target basis; h2(z0) a tie), but a pilot of one seed per case cannot decide the reference; the wide suite must (issue 14 item 6).
+  (target basis; h2(z0) a tie), but a pilot of one seed per case cannot decide the reference; the wide suite
+  must (issue 14 item 6).
 """
 
 
