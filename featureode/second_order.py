@@ -25,7 +25,7 @@ products, staircases); for same-parity pairs (e.g. ``z0`` and ``h3(z0)``) they a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
@@ -36,6 +36,7 @@ from .hermite import Mode
 
 #: Init neurons of the Monte Carlo average: closed-form derivative means / quadrature ones (10–50× slower each).
 N_NEURONS = 100_000
+PARTS = ("readout", "weights", "bias")
 N_NEURONS_QUADRATURE = 20_000
 STEP = 1e-3
 
@@ -49,6 +50,10 @@ class SecondOrder:
     S_stderr: np.ndarray
     lambda0: np.ndarray
     n_neurons: int
+    #: ``S`` split like the kernel (``"readout"``, ``"weights"``, ``"bias"``; the three sum to ``S``) and the Monte
+    #: Carlo ``λ_β(0)`` of each part.
+    S_parts: dict[str, np.ndarray] = field(default_factory=dict)
+    lambda0_parts: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class _Neurons:
@@ -96,9 +101,9 @@ class _Neurons:
         return da, dW * self.g, db
 
     def kernel(self, mode: Mode, a: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """``k_β(θ) = ∇φ_βᵀ P ∇φ_β`` per neuron."""
+        """``(readout, weights, bias)`` parts of ``k_β(θ) = ∇φ_βᵀ P ∇φ_β`` per neuron, stacked (3 × n)."""
         A, _, dW, db = self.grad_phi(mode, a, W, b)
-        return A**2 + np.sum(self.g * dW**2, axis=1) + db**2
+        return np.stack([A**2, np.sum(self.g * dW**2, axis=1), db**2])
 
 
 def second_order_constants(modes: Sequence["Mode | str"], g: Sequence[float], activation: str, bias_std: float, *,
@@ -121,9 +126,10 @@ def _constants(modes: tuple[Mode, ...], g: tuple[float, ...], activation: str, b
     nr = _Neurons(activation, np.array(g), bias_std, n, seed)
     a, W, b = nr.a, nr.W, nr.b
     M = len(modes)
-    k0 = [nr.kernel(m, a, W, b) for m in modes]
+    k0_parts = [nr.kernel(m, a, W, b) for m in modes]
+    k0 = [x.sum(0) for x in k0_parts]
     lam0 = np.array([x.mean() for x in k0])
-    S, err = np.zeros((M, M)), np.zeros((M, M))
+    S, err, parts = np.zeros((M, M)), np.zeros((M, M)), np.zeros((len(PARTS), M, M))
     for col in drivers:
         alpha = modes[col]
         v1 = nr.flow(alpha, a, W, b)
@@ -135,9 +141,26 @@ def _constants(modes: tuple[Mode, ...], g: tuple[float, ...], activation: str, b
         for row, beta in enumerate(modes):
             if not lam0[row] > 0:
                 continue
-            h2 = (nr.kernel(beta, *points[0]) - 2 * k0[row] + nr.kernel(beta, *points[1])) / h**2 / 2
+            h2_parts = (nr.kernel(beta, *points[0]) - 2 * k0_parts[row] + nr.kernel(beta, *points[1])) / h**2 / 2
+            parts[:, row, col] = h2_parts.mean(1) / lam0[row]
+            h2 = h2_parts.sum(0)
             ratio = h2.mean() / lam0[row]
             resid = (h2 - ratio * k0[row]) / lam0[row]      # delta method for the ratio of means
             S[row, col], err[row, col] = ratio, resid.std(ddof=1) / math.sqrt(n)
         nr.memo = {k: val for k, val in nr.memo.items() if val[0] is W}      # keep the init point only
-    return SecondOrder(S, err, lam0, n)
+    return SecondOrder(S, err, lam0, n, dict(zip(PARTS, parts)),
+                       dict(zip(PARTS, np.array([x.mean(1) for x in k0_parts]).T)))
+
+
+def predicted_parts(so: SecondOrder, D: np.ndarray, q: float, resummed: bool = False) -> dict[str, np.ndarray]:
+    """The parts of ``λ_β(t)`` that the ``second_order`` (or, ``resummed``, the ``resummed``) closure predicts from
+    its integrated residuals ``D`` (``n_t × M``): ``λ^P_β(0) + λ_β(0) Σ_α S^P_{βα} G_α(D_α)`` with
+    ``G = q D²`` (or ``2 sinh²(sqrt(q S̄_α/2) D)/S̄_α``); they sum to ``λ_β(0) ρ_β`` (Monte Carlo ``λ_β(0)``). Keys
+    ``"readout"``, ``"weights"``, ``"bias"`` (the DESIGN §6 ``lambda_parts`` names)."""
+    D = np.asarray(D, float)
+    if resummed:
+        sd = np.maximum(np.diag(so.S), 1e-30)
+        G = 2 * np.sinh(np.sqrt(q * sd / 2) * D) ** 2 / sd
+    else:
+        G = q * D**2
+    return {p: so.lambda0_parts[p][None, :] + so.lambda0[None, :] * (G @ so.S_parts[p].T) for p in PARTS}
