@@ -53,14 +53,20 @@ class NonFiniteStateError(SolveError):
     """The state became non-finite (or blew up); the message names the time and the mode."""
 
 
-def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact",
-                  basis: str = "target") -> tuple[list[Any], ode.System]:
+def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", basis: str = "target",
+                  parametrization: str | None = None) -> tuple[list[Any], ode.System]:
     """The compiled code's inputs (order of :data:`featureode.ode.INPUTS` + user params) and the system.
 
     ``B[β, i] = β_i``; ``gpow[β] = g^β``; ``c[β] = c_{|β|}``; ``lam0 = λ_β(0)`` (``exact`` or ``hea``); ``K``: the
     Gram matrix with its diagonal set to 0 in the extended basis (zero for ``hea``, which is diagonal), empty
-    otherwise; ``κ`` = the variant's or the derived ``γ² c_1/Λ_1²``.
+    otherwise; ``q``: the closure prefactor ``closure_prefactor(γ)`` of the parametrization (``parametrization``,
+    else ``theory.parametrization`` when the theory has one, else ``"meanfield"``: ``q = γ²``); ``κ`` = the variant's
+    or the derived ``q c_1/Λ_1²``; ``S``/``Sd``: the second-order growth constants ``S_{βα}`` of
+    :mod:`featureode.second_order` and ``max(S_{αα}, 1e-30)`` for the closures that use them (driven by the
+    target's modes, ``v_α ≠ 0``; computed from ``theory.activation``/``theory.bias_std``), else empty.
     """
+    from .parametrization import get_parametrization
+
     system = variant.system(basis)
     modes = tuple(theory.modes)
     g = np.asarray(theory.g, dtype=float)
@@ -76,12 +82,31 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact",
             raise SolveError("basis 'extended' needs the Gram matrix; build the kernel theory with with_gram=True")
         K = np.array(theory.gram, dtype=float) if eigenvalues == "exact" else np.zeros((len(modes),) * 2)
         np.fill_diagonal(K, 0.0)
-    kappa = theory.kappa if variant.kappa is None else float(variant.kappa)
+    name = parametrization or getattr(theory, "parametrization", None) or "meanfield"
+    q = float(get_parametrization(name).closure_prefactor(float(theory.gamma)))
+    kappa = q * float(c_levels[1] / theory.level_coefficients[1] ** 2) if variant.kappa is None \
+        else float(variant.kappa)
+    S, Sd = np.zeros((0, 0)), np.zeros(0)
+    if any(a.expr.has(ode.S) or a.expr.has(ode.Sd) for a in system.assignments):
+        S, Sd = _second_order_inputs(theory, modes, g)
     values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
               "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
               "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
-              "gamma": float(theory.gamma), "kappa": float(kappa), **variant.param_values}
+              "S": S, "Sd": Sd, "gamma": float(theory.gamma), "kappa": float(kappa), "q": q,
+              **variant.param_values}
     return [values[name] for name in system.inputs], system
+
+
+def _second_order_inputs(theory: Any, modes: tuple[Mode, ...], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``S_{βα}`` (driven by the target's modes) and ``Sd_α = max(S_{αα}, 1e-30)`` for ``theory``."""
+    from .second_order import second_order_constants
+
+    if not getattr(theory, "activation", ""):
+        raise SolveError("the second-order closures need the network's activation and σ_b; build the kernel "
+                         "theory with featureode.kernel.kernel_theory (theory.activation is empty)")
+    drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
+    so = second_order_constants(modes, g, theory.activation, theory.bias_std, drivers=drivers)
+    return so.S, np.maximum(np.diag(so.S), 1e-30)
 
 
 def _loss(v: np.ndarray, f: np.ndarray) -> np.ndarray:
