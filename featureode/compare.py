@@ -7,30 +7,75 @@ times in :mod:`featureode.metrics`, run folders (stamp, lock, cached results) in
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from . import runs
 from .config import Config
 from .report import Report, build_report, figure_variants
+from .trajectory import ODEResult, Status, Trajectory
 
 
 def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
                    figure_variant: "str | Sequence[str] | None" = None) -> Report:
     """Solve every ODE variant of ``cfg`` into ``out/ode.json``, simulate the MLP into ``out/mlp.json`` (or reuse a
-    finished simulation of the same config there), and write ``out/report.json``, ``report.md``, ``report.png``.
+    finished simulation of the same config there), and write ``out/report.json``, ``report.md``, ``report.png`` and
+    the closure diagnostics ``report_diagnostics.png`` (:func:`featureode.diagnostics.save_diagnostics`).
     ``figure_variant``: the ODE variant(s) of the figure's mode and eigenvalue panels (default ``displacement``).
-    The folder is locked while it runs (:func:`featureode.runs.locked`). Returns the :class:`Report`."""
+    The variant ``replay`` (:func:`featureode.replay.replay`, driven by this simulation's measured eigenvalues, so
+    never parameter-free) is added to ``ode.json`` after the simulation. The folder is locked while it runs
+    (:func:`featureode.runs.locked`). Returns the :class:`Report`."""
     from .solve import solve_config
-    from .variants import variants_from_config
+    from .variants import REPLAY, variants_from_config
 
-    figure_variants([v.label for v in variants_from_config(cfg.ode)], figure_variant)  # checked before the work
+    names = [v.label for v in variants_from_config(cfg.ode, allow_replay=True)]
+    with_replay = REPLAY in cfg.ode.variants
+    figure_variants(names + [REPLAY] * with_replay, figure_variant)  # checked before the work
     out = Path(out)
     with runs.locked(out):
         t0 = time.time()
-        ode = solve_config(cfg, out)  # a failed variant keeps its partial curve, with status.error
+        ode = solve_config(cfg, out, allow_replay=True)  # a failed variant keeps its partial curve (status.error)
         mlp = runs.mlp_trajectory(cfg, out, progress=progress)
+        if with_replay:
+            ode = _with_replay(cfg, ode, mlp, out)
         report = build_report(cfg, ode, mlp, wall_s=time.time() - t0)
         report.write(out, variant=figure_variant)
+        _diagnostics(cfg, ode, mlp, out)
     return report
+
+
+def _with_replay(cfg: Config, ode: ODEResult, mlp: Trajectory, out: Path) -> ODEResult:
+    """``ode`` with the ``replay`` trajectory inserted where the config lists it, and ``ode.json`` rewritten. A
+    replay that cannot be computed (no measured Gram, say) is kept as a failed variant with its error."""
+    from .replay import ReplayError, replay
+    from .variants import REPLAY
+
+    try:
+        rep = replay(mlp, basis=cfg.ode.basis, source=str(out / "mlp.json"))
+    except ReplayError as exc:
+        rep = Trajectory("ode", REPLAY, tuple(mlp.modes), mlp.target, np.zeros(0), np.zeros(0),
+                         meta={"uses_measurements": True, "parameter_free": False},
+                         status=Status(complete=False, reached_t=0.0, error=str(exc)))
+    order = [n for n in cfg.ode.variants if n == REPLAY or n in ode.variants]
+    variants = {n: rep if n == REPLAY else ode.variants[n] for n in order}
+    variants.update({n: tr for n, tr in ode.variants.items() if n not in variants})
+    ode = dataclasses.replace(ode, variants=variants)
+    ode.save(out)
+    return ode
+
+
+def _diagnostics(cfg: Config, ode: ODEResult, mlp: Trajectory, out: Path) -> None:
+    """Write ``report_diagnostics.png``; a diagnostics request that cannot be met (a mode the network did not
+    measure, say) is a warning naming why, not a failed comparison."""
+    from .diagnostics import DiagnosticsError, save_diagnostics
+
+    title = f"{cfg.target.expr}, d = {cfg.data.dim}, γ = {cfg.network.richness:g}, {cfg.network.activation}"
+    try:
+        save_diagnostics(mlp, dict(ode.variants), out, title=title)
+    except DiagnosticsError as exc:
+        warnings.warn(f"{out / 'report_diagnostics.png'} not written: {exc}", stacklevel=2)

@@ -419,7 +419,7 @@ def _validate(cfg: Config) -> None:
     from .variants import VariantError, variants_from_config
 
     try:
-        variants_from_config(cfg.ode)  # unknown variants, custom tables and ablated terms
+        variants_from_config(cfg.ode, allow_replay=True)  # unknown variants, custom tables and ablated terms
     except VariantError as exc:
         raise ConfigError(str(exc) if str(exc).startswith("[ode") else f"[ode] variants: {exc}") from None
 

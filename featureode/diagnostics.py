@@ -18,6 +18,7 @@ said in the panel. The figure uses matplotlib's object API (no pyplot state).
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -25,7 +26,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .hermite import Mode
-from .trajectory import Trajectory
+from .trajectory import Trajectory, write_bytes
 
 PARTS = ("readout", "weights", "bias")
 MAX_DIRECTIONS = 4
@@ -170,6 +171,7 @@ def save_diagnostics(mlp: Trajectory, variants: Mapping[str, Trajectory], folder
     """Draw :func:`diagnostics_figure` and write ``folder/report_diagnostics.png``; returns the path."""
     fig = diagnostics_figure(mlp, variants, modes=modes, title=title)
     path = Path(folder) / "report_diagnostics.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    write_bytes(path, buf.getvalue())
     return path

@@ -253,7 +253,7 @@ def derive_document(cfg: Any, theory: Any = None) -> str:
     if theory is None:
         from . import kernel
         theory = kernel.kernel_theory(cfg, with_gram=o.basis == "extended")
-    variants = variants_from_config(o)
+    variants = variants_from_config(o, allow_replay=True)  # replay is measured, not an ODE: not typeset
     n = cfg.network
     setup = (rf"Target \texttt{{{tex_text(cfg.target.expr)}}} in $d = {cfg.data.dim}$ dimensions, "
              rf"{_spectrum_text(cfg)}; activation \texttt{{{tex_text(n.activation)}}}, "

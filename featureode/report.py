@@ -332,10 +332,11 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None) 
             for name in shown_variants:
                 tr = report.ode.variants[name]
                 y_ode = tr.get(key)
-                if y_ode is None or len(tr.t) < 2:
+                own = list(tr.modes) or ode_modes  # a replay lives on the network's measured modes
+                if y_ode is None or len(tr.t) < 2 or mode not in own:
                     continue
                 keep = _positive(tr.t)
-                ax.plot(tr.t[keep], np.asarray(y_ode, float)[keep, ode_modes.index(mode)], ls=style[mode],
+                ax.plot(tr.t[keep], np.asarray(y_ode, float)[keep, own.index(mode)], ls=style[mode],
                         color=colours[name], lw=1.6)
         ax.set(xscale="log", xlabel="t", ylabel=ylabel, title=f"{title}; ODE: {', '.join(shown_variants)}")
         if key == "lambda":

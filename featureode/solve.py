@@ -30,6 +30,7 @@ import numpy as np
 
 from . import integrate, ode
 from .compile import Compiled, compile_system
+from .hermite import Mode
 from .trajectory import ODEResult, Status, Trajectory
 from .variants import Variant, variants_from_config
 
@@ -401,11 +402,11 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalu
 # ----------------------------------------------------------------------------------------------------------------
 # configs
 # ----------------------------------------------------------------------------------------------------------------
-def _solve_one_config(cfg: Any, theory: Any) -> ODEResult:
+def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False) -> ODEResult:
     o = cfg.ode
     t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
     variants: dict[str, Trajectory] = {}
-    for variant in variants_from_config(o):
+    for variant in variants_from_config(o, allow_replay=allow_replay):
         try:
             traj = solve_variant(theory, variant, cfg.training.t_max, o.eigenvalues, basis=o.basis,
                                  backend=o.backend, method=o.method, rtol=o.rtol, atol=o.atol, n_points=o.n_points,
@@ -427,16 +428,19 @@ def _theory_for(cfg: Any) -> Any:
     return kernel.kernel_theory(cfg, with_gram=cfg.ode.basis == "extended")
 
 
-def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = None) -> ODEResult:
+def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = None, *,
+                 allow_replay: bool = False) -> ODEResult:
     """Solve every variant of ``cfg.ode`` up to ``cfg.training.t_max`` on ``theory`` (a
     :class:`featureode.kernel.KernelTheory` already built for ``cfg``; default: ``kernel.kernel_theory(cfg)``, with
     the Gram matrix on the extended basis).
 
     Returns an :class:`~featureode.trajectory.ODEResult` and, with ``out_dir``, writes ``ode.json``/``ode.npz``
     (DESIGN §6 keys plus each variant's ``D``, ``r``, ``s``, ``info``). A variant that fails does not raise: its
-    trajectory keeps the partial curve with ``status.error`` set (``result.errors`` lists them).
+    trajectory keeps the partial curve with ``status.error`` set (``result.errors`` lists them). The variant
+    ``replay`` needs a simulation: it is a :class:`~featureode.variants.VariantError` here unless ``allow_replay``
+    (a caller such as compare that adds :func:`featureode.replay.replay` itself), which skips it.
     """
-    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory)
+    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay)
     if out_dir is not None:
         result.save(out_dir)
     return result
