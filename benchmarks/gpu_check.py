@@ -9,7 +9,11 @@ What it measures, on the device it is given (``--device cuda`` by default):
    the output and back-propagation products, 2·B·N each; elementwise work not counted);
 2. agreement of a short run on the device with the same run on the CPU (same seeds: samples are drawn on the CPU),
    as the largest relative difference of the test-loss curves;
-3. wall time of the built-in default ``compare`` (ODE + MLP) on the device.
+3. wall time of the built-in default ``compare`` (ODE + MLP) on the device;
+4. a sweep of 64 small networks (d = 8, N = 256, B = 512, t_max = 20; 64 seeds × richness values): networks per
+   second when trained one at a time, 8 and 64 together (:func:`featureode.mlp.simulate_batch` in the groups that
+   :func:`featureode.sweeps.batch_groups` forms), and the wall time of the whole ``featureode sweep`` (ODE, MLP,
+   report per point) on the device.
 
 Writes a Markdown table to ``--out`` (default ``benchmarks/results/gpu_benchmark.md``).
 Usage on a GPU machine: ``python benchmarks/gpu_check.py --out $OUT/gpu_benchmark.md``; on a CPU, ``--device cpu
@@ -45,6 +49,44 @@ def throughput(cfg, runs: int, steps: int, device: str) -> float:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return steps * runs / (time.perf_counter() - t0)
+
+
+def sweep_rates(dev: str, quick: bool) -> list[str]:
+    """Networks per second of a 64-network sweep trained in groups of 1, 8 and 64, and the wall of the sweep."""
+    from featureode.grid import grid_from_dict
+    from featureode.mlp import simulate_batch
+    from featureode.sweeps import batch_groups, make_executor, plan, run_sweep
+
+    n_nets, sizes = (8, (1, 4, 8)) if quick else (64, (1, 8, 64))
+    width, batch = (32, 64) if quick else (256, 512)
+    grid = grid_from_dict({"set": {"target.expr": "z0*z1", "data.dim": 8, "network.width": width,
+                                   "training.batch": batch, "training.t_max": 20.0, "training.n_test": 2000,
+                                   "training.n_points": 10, "training.device": dev, "training.threads": 1,
+                                   "ode.variants": ["lazy", "displacement"], "ode.basis": "target"},
+                           "grid": {"network.richness": [0.05, 0.2, 0.5, 1.0]},
+                           "sweep": {"seeds": list(range(n_nets // 4))}}, source="gpu_check")
+    with tempfile.TemporaryDirectory() as tmp:
+        tasks = [t for _, t in plan(grid, tmp)]
+        cfgs = [t.config() for t in tasks]
+        lines = ["", f"Sweep of {n_nets} networks (z0*z1, d = 8, N = {width}, B = {batch}, t_max = 20, 4 richness "
+                     f"values × {n_nets // 4} seeds), trained in groups by `featureode.sweeps.batch_groups`:", "",
+                 "| networks per group | groups | wall (s) | networks/s |", "|---:|---:|---:|---:|"]
+        simulate_batch(cfgs[:1], progress=False)  # warm-up: compilation is not counted
+        for size in sizes:
+            groups = batch_groups(cfgs, cuda=True, max_size=size)
+            t0 = time.perf_counter()
+            for g in groups:
+                simulate_batch([cfgs[i] for i in g], progress=False)
+            wall = time.perf_counter() - t0
+            lines.append(f"| {size} | {len(groups)} | {wall:.1f} | {n_nets / wall:.2f} |")
+            print(lines[-1], flush=True)
+        t0 = time.perf_counter()
+        res = run_sweep(grid, Path(tmp) / "sweep", make_executor("local", 1), progress=False)
+        wall = time.perf_counter() - t0
+    lines += ["", f"`run_sweep` of the same {n_nets} points on the device (ODE + MLP + report per point, networks "
+                  f"batched when on CUDA): {wall:.1f} s wall, {len(res.failed)} failed."]
+    print(lines[-1], flush=True)
+    return lines
 
 
 def main() -> None:
@@ -86,6 +128,7 @@ def main() -> None:
         lines += ["", f"Built-in default `compare` on the device: {wall:.1f} s wall; displacement t50/t10 ratios "
                       f"{d.t50_ratio.text()} / {d.t10_ratio.text()}."]
         print(lines[-1], flush=True)
+    lines += sweep_rates(dev, args.quick)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")

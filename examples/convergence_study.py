@@ -18,14 +18,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from featureode.compare import SUITES, suite_config
 from featureode.config import ConfigError
+from featureode.grid import load_grid, suite_names, suite_path
 from featureode.kernel import KernelError
 from featureode.metrics import Ratio
 from featureode.report import build_report
 from featureode.runs import mlp_trajectory
-from featureode.solve import SolveError, solve_config
-from featureode.trajectory import ODEResult
+from featureode.solve import solve_config
+from featureode.sweeps import apply_basis, point_config
 
 
 def _basis(text: str) -> tuple[int, int]:
@@ -54,20 +54,13 @@ def study(suite: str, case_name: str, widths: Sequence[int], bases: Sequence[tup
           out: Path, progress: bool = True) -> list[dict[str, Any]]:
     """One row per (width, basis, ODE variant): final losses and the ODE/MLP ratios (or their bounds). Every config
     is built (and so checked) before anything is solved or trained."""
-    cases = {c.name: c for c in SUITES[suite]["cases"]}
-    if case_name not in cases:
-        raise ConfigError(f"unknown case {case_name!r} in suite {suite!r}; known: {', '.join(cases)}")
-    base = suite_config(suite, cases[case_name], "extended").replace(training={"seed": seed})
+    base = point_config(apply_basis(load_grid(suite_path(suite)), "extended"), case_name, seed)
     configs = {width: base.replace(network={"width": width}) for width in widths}
     odes = {}
     for modes, degree in bases:
         cfg = base.replace(ode={"extended_max_modes": modes, "extended_degree": degree})
-        folder = out / f"ode_{modes}_{degree}"
-        try:
-            solve_config(cfg, folder)
-        except SolveError:  # ode.json keeps the partial curve; the report marks the variant as failed
-            pass
-        odes[modes, degree] = ODEResult.load(folder)
+        # a failed variant keeps its partial curve (status.error): the report marks it as failed
+        odes[modes, degree] = solve_config(cfg, out / f"ode_{modes}_{degree}")
     rows = []
     for width, cfg in configs.items():
         mlp = mlp_trajectory(cfg, out / f"mlp_N{width}", progress=progress)
@@ -108,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Parse the command line, run :func:`study`, write ``OUT/study.md`` and ``OUT/study.json``; returns the rows."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--suite", default="standard", choices=sorted(SUITES))
+    ap.add_argument("--suite", default="standard", choices=suite_names())
     ap.add_argument("--case", default="staircase_3_d16_g0.005")
     ap.add_argument("--widths", type=_width, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--bases", type=_basis, nargs="+", default=[(40, 2), (120, 4), (300, 4)],

@@ -5,17 +5,19 @@ coefficients are ``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)] = s^n m_n(b, s) / sqrt(n
 integration by parts). Each activation is one SymPy expression ``σ(u)``; from it come
 
 * ``m_0(b, s)`` in closed form where one exists (relu, abs, erf, gelu, step, and any polynomial), and hence every
-  ``m_k`` and ``μ_n`` exactly by differentiation in ``b``;
-* otherwise (tanh, sigmoid, softplus, silu, user expressions) mpmath quadrature at a stated precision (≥ 30 digits);
-* vectorised NumPy evaluation of ``m_k`` over arrays of ``(b, s)`` (lambdified closed form, or Gauss–Hermite
-  quadrature of the lambdified ``σ^{(k)}``) for averages over neurons;
+  ``m_k`` and ``μ_n`` exactly: symbolically by differentiation in ``b``, at a point by the Taylor recurrences of
+  :mod:`featureode.mean_series` (fast at high degree);
+* otherwise (tanh, sigmoid, softplus, silu, user expressions) mpmath quadrature at a stated precision (≥ 30 digits,
+  :mod:`featureode.quadrature`);
+* vectorised NumPy evaluation of ``m_k`` over arrays of ``(b, s)`` (lambdified closed form, or composite
+  Gauss–Legendre quadrature of the lambdified ``σ^{(j)}``) for averages over neurons;
 * the torch function used by the MLP simulator, lambdified from the same expression.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Callable
 
 import mpmath
@@ -23,6 +25,8 @@ import numpy as np
 import sympy as sp
 
 from .hermite import check_order
+from .mean_series import point_means
+from .quadrature import composite_mean, hermite_quad, hermite_quad_all
 
 U = sp.Symbol("u", real=True)
 B = sp.Symbol("b", real=True)
@@ -64,13 +68,26 @@ def _polynomial_mean(expr: sp.Expr) -> sp.Expr:
     return sp.expand(sum(c * (sp.factorial2(p - 1) if p % 2 == 0 else 0) for (p,), c in poly.terms()))
 
 
+@dataclass
+class _Derived:
+    """What an :class:`Activation` derives from its expression, computed lazily: one table per kind."""
+
+    means: dict[int, sp.Expr] = field(default_factory=dict)                       # m_k(b, s), symbolic
+    derivatives: dict[int, sp.Expr] = field(default_factory=dict)                 # σ^{(k)}(u)
+    vanishing: dict[int, bool] = field(default_factory=dict)                      # m_k(0, s) ≡ 0
+    numpy_means: dict[tuple[int, int], Callable] = field(default_factory=dict)    # (k, quad_nodes) -> (b, s) ↦ m_k
+    point_means: dict[tuple[float, float], list] = field(default_factory=dict)    # (b, s) -> [m_0 … m_N] exact
+    quad: dict[tuple[int, float, float], tuple] = field(default_factory=dict)     # (n, b, s) -> (μ_n, error)
+
+
 @dataclass(frozen=True)
 class Activation:
     """An activation ``σ(u)`` and its Gaussian calculus.
 
     ``mean0`` is the closed form of ``m_0(b, s)`` (``None`` → quadrature). ``classical_order`` is the highest
     derivative order that exists pointwise (``None`` for smooth functions): at ``s = 0`` the means
-    ``m_k(b, 0) = σ^{(k)}(b)`` exist only up to it.
+    ``m_k(b, 0) = σ^{(k)}(b)`` exist only up to it. Derived expressions and compiled functions are computed on first
+    use and kept (``_derived``, and cached properties for the kinks and the NumPy/torch/mpmath functions).
     """
 
     name: str
@@ -79,7 +96,7 @@ class Activation:
     classical_order: int | None = None
     description: str = ""
     precision: int = 30
-    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+    _derived: _Derived = field(default_factory=_Derived, compare=False, repr=False)
 
     # exact --------------------------------------------------------------------------------------------------------
     @property
@@ -92,27 +109,45 @@ class Activation:
         k = check_order(k, "degree", ActivationError)
         if self.mean0 is None:
             return None
-        key = ("mean", k)
-        if key not in self._cache:  # m_k = ∂_b m_{k-1}
-            self._cache[key] = sp.simplify(sp.diff(self.mean_expr(k - 1), B)) if k else self.mean0
-        return self._cache[key]
+        means = self._derived.means
+        if k not in means:  # m_k = ∂_b m_{k-1}
+            means[k] = sp.simplify(sp.diff(self.mean_expr(k - 1), B)) if k else self.mean0
+        return means[k]
 
     def hermite_expr(self, n: int) -> sp.Expr | None:
         """Exact ``μ_n(b, s) = s^n m_n(b, s)/sqrt(n!)`` (``None`` when no closed form)."""
         m = self.mean_expr(n)
-        if m is None:
-            return None
-        key = ("hermite", n)
-        if key not in self._cache:
-            self._cache[key] = S**n * m / sp.sqrt(sp.factorial(n))  # m_n is simplified; powers of s combine
-        return self._cache[key]
+        return None if m is None else S**n * m / sp.sqrt(sp.factorial(n))  # m_n is simplified; powers of s combine
+
+    def vanishes_at_zero_bias(self, k: int) -> bool:
+        """``m_k(0, s) ≡ 0`` exactly (from the closed form; ``False`` without one)."""
+        table = self._derived.vanishing
+        if k not in table:
+            ex = self.mean_expr(k)
+            table[k] = ex is not None and sp.simplify(ex.subs(B, 0)) == 0
+        return table[k]
 
     def derivative_expr(self, k: int) -> sp.Expr:
         """``σ^{(k)}(u)`` (classical derivative; Heaviside/Dirac terms for non-smooth activations)."""
-        key = ("deriv", k)
-        if key not in self._cache:
-            self._cache[key] = sp.diff(self.expr, U, k)
-        return self._cache[key]
+        table = self._derived.derivatives
+        if k not in table:
+            table[k] = sp.diff(self.expr, U, k)
+        return table[k]
+
+    def point_mean_exprs(self, b: float, s: float, n_max: int) -> list[sp.Expr] | None:
+        """Exact ``[m_0(b, s) … m_{n_max}(b, s)]`` at the point ``(b, s)`` (rationals as written), by the Taylor
+        recurrences of :mod:`featureode.mean_series` (``None`` without a closed form). Cached per point."""
+        if self.mean0 is None:
+            return None
+        table = self._derived.point_means
+        have = table.get((b, s))
+        if have is None or len(have) <= n_max:
+            size = max(n_max, 2 * len(have) if have else 8)
+            have = point_means(self.mean0, B, S, _rational(b), _rational(s), size)
+            if have is None:  # a closed form outside the supported terms: differentiate symbolically
+                have = [self.mean_expr(k).subs({B: _rational(b), S: _rational(s)}) for k in range(size + 1)]
+            table[(b, s)] = have
+        return have[: n_max + 1]
 
     # floats -------------------------------------------------------------------------------------------------------
     def _check_scale(self, k: int, b: float, s: float) -> None:
@@ -132,11 +167,15 @@ class Activation:
             val = self.derivative_expr(k).subs(U, _rational(b))
             return Coefficient(float(val), val)
         if self.mean0 is not None:
-            ex = self.mean_expr(k).subs({B: _rational(b), S: _rational(s)})
+            ex = self.point_mean_exprs(b, s, k)[k]
             return Coefficient(float(sp.N(ex, 20)), ex)
         mu = self._hermite_quad(k, b, s)
         scale = mpmath.sqrt(mpmath.factorial(k)) / mpmath.mpf(s) ** k
         return Coefficient(float(mu[0] * scale), None, float(mu[1] * scale))
+
+    def _hermite_point(self, n: int, b: float, s: float) -> sp.Expr:
+        """Exact ``μ_n(b, s) = s^n m_n(b, s)/sqrt(n!)`` at a point (closed-form activations)."""
+        return _rational(s) ** n * self.point_mean_exprs(b, s, n)[n] / sp.sqrt(sp.factorial(n))
 
     def hermite(self, n: int, b: float = 0.0, s: float = 1.0) -> Coefficient:
         """``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)]`` as exact expression (when it exists) and float."""
@@ -144,7 +183,7 @@ class Activation:
         b, s = float(b), float(s)
         self._check_scale(0, b, s)
         if self.mean0 is not None and s > 0:
-            ex = self.hermite_expr(n).subs({B: _rational(b), S: _rational(s)})
+            ex = self._hermite_point(n, b, s)
             return Coefficient(float(sp.N(ex, 20)), ex)
         if s == 0:  # σ(b) h_n(ξ) has mean σ(b) δ_{n0}
             val = self.expr.subs(U, _rational(b)) if n == 0 else sp.Integer(0)
@@ -152,70 +191,67 @@ class Activation:
         val, err = self._hermite_quad(n, b, s)
         return Coefficient(float(val), None, float(err))
 
+    def hermite_all(self, n_max: int, b: float = 0.0, s: float = 1.0) -> list[Coefficient]:
+        """``[μ_0 … μ_{n_max}]`` at ``(b, s)``: exact (Taylor recurrences) or one quadrature pass for all degrees
+        (:func:`featureode.quadrature.hermite_quad_all`), much cheaper than ``n_max`` separate quadratures."""
+        n_max = check_order(n_max, "degree", ActivationError)
+        b, s = float(b), float(s)
+        self._check_scale(0, b, s)
+        if self.mean0 is not None or s == 0:
+            return [self.hermite(n, b, s) for n in range(n_max + 1)]
+        vals = hermite_quad_all(self.mpmath_function, [float(c) for c in self.kinks], n_max, b, s,
+                                self.precision, self.name, ActivationError)
+        return [Coefficient(float(v), None, float(e)) for v, e in vals]
+
     def hermite_mp(self, n: int, b: float = 0.0, s: float = 1.0) -> mpmath.mpf:
         """``μ_n`` at the activation's working precision (exact forms evaluated, else quadrature)."""
         if self.mean0 is not None:
-            return mpmath.mpf(sp.N(self.hermite_expr(n).subs({B: _rational(b), S: _rational(s)}),
-                                   self.precision))
+            return mpmath.mpf(sp.N(self._hermite_point(n, float(b), float(s)), self.precision))
         return self._hermite_quad(n, b, s)[0]
 
-    def _kinks(self) -> tuple[sp.Expr, ...]:
+    @cached_property
+    def kinks(self) -> tuple[sp.Expr, ...]:
         """Real points ``u`` where ``σ`` may fail to be smooth (used as quadrature breakpoints): the real zeros of
         the arguments of ``Abs``, ``sign``, ``Heaviside``, of differences of ``Max``/``Min`` arguments and of the
         two sides of every ``Piecewise`` condition."""
-        if "kinks" not in self._cache:
-            args = [e.args[0] for e in self.expr.atoms(sp.Abs, sp.sign, sp.Heaviside)]
-            for e in self.expr.atoms(sp.Max, sp.Min):
-                args += [p - q for i, p in enumerate(e.args) for q in e.args[i + 1:]]
-            for e in self.expr.atoms(sp.Piecewise):
-                args += [rel.lhs - rel.rhs for _, cond in e.args for rel in cond.atoms(sp.core.relational.Relational)]
-            points: set[sp.Expr] = set()
-            for a in args:
-                sol = sp.solveset(a, U, sp.S.Reals)
-                if isinstance(sol, sp.FiniteSet):
-                    points |= set(sol)
-            self._cache["kinks"] = tuple(sorted(points, key=float))
-        return self._cache["kinks"]
+        args = [e.args[0] for e in self.expr.atoms(sp.Abs, sp.sign, sp.Heaviside)]
+        for e in self.expr.atoms(sp.Max, sp.Min):
+            args += [p - q for i, p in enumerate(e.args) for q in e.args[i + 1:]]
+        for e in self.expr.atoms(sp.Piecewise):
+            args += [rel.lhs - rel.rhs for _, cond in e.args for rel in cond.atoms(sp.core.relational.Relational)]
+        points: set[sp.Expr] = set()
+        for a in args:
+            sol = sp.solveset(a, U, sp.S.Reals)
+            if isinstance(sol, sp.FiniteSet):
+                points |= set(sol)
+        return tuple(sorted(points, key=float))
+
+    @cached_property
+    def mpmath_function(self) -> Callable[[Any], Any]:
+        """``σ`` as an mpmath function."""
+        return sp.lambdify(U, self.expr, modules="mpmath")
 
     def _hermite_quad(self, n: int, b: float, s: float) -> tuple[mpmath.mpf, mpmath.mpf]:
-        key = ("quad", n, b, s)
-        if key in self._cache:
-            return self._cache[key]
-        f = sp.lambdify(U, self.expr, modules="mpmath")
-        he = sp.lambdify(U, sp.hermite_prob(n, U), modules="mpmath")
-        with mpmath.workdps(self.precision + 10):
-            norm = 1 / (mpmath.sqrt(2 * mpmath.pi) * mpmath.sqrt(mpmath.factorial(n)))
-            # split at ξ = 0 and wherever σ(s ξ + b) may be non-smooth
-            kinks = {(mpmath.mpf(c) - mpmath.mpf(b)) / s for c in self._kinks()}
-            pts = [-mpmath.inf, *sorted(kinks | {mpmath.mpf(0)}), mpmath.inf]
-            val, err = mpmath.quad(lambda x: f(s * x + b) * he(x) * mpmath.exp(-x * x / 2), pts,
-                                   error=True, maxdegree=10)
-            val, err = val * norm, err * norm
-            tol = mpmath.mpf(10) ** (-self.precision)
-            if err > tol * max(1, abs(val)):
-                raise ActivationError(
-                    f"activation {self.name!r}: μ_{n}(b={b}, s={s}) by quadrature has estimated error "
-                    f"{float(err):.2g}, above the requested precision 1e-{self.precision}; "
-                    "lower the degree or the precision")
-            self._cache[key] = (+val, +err)  # inside the context: unary + rounds to the working precision
-        return self._cache[key]
+        key = (n, b, s)
+        table = self._derived.quad
+        if key not in table:
+            table[key] = hermite_quad(self.mpmath_function, [float(c) for c in self.kinks], n, b, s,
+                                      self.precision, self.name, ActivationError)
+        return table[key]
 
     # vectorised ---------------------------------------------------------------------------------------------------
     def mean_numpy(self, k: int, quad_nodes: int = 16) -> Callable[[Any, Any], np.ndarray]:
         """Vectorised ``(b, s) ↦ m_k(b, s)`` over NumPy arrays (``s > 0``).
 
-        Closed form: the lambdified ``m_k``. Otherwise composite Gauss–Legendre quadrature of
-        ``σ^{(k)}(b + s ξ) φ(ξ)`` over ``|ξ| ≤ 12`` (the Gaussian mass beyond is below 1e-31), split at the kinks
-        of ``σ`` (see ``_kinks``), each piece on panels of width at most ``1/max(s, 1)`` in ξ, i.e. at most 1 in
-        ``u``, with ``quad_nodes`` nodes each: the features of ``σ`` (width O(1) in ``u``) stay resolved for every
-        scale ``s`` (Gauss–Hermite would need O(s²) nodes). For a non-smooth σ the integrand is
+        Closed form: the lambdified ``m_k``. Otherwise :func:`featureode.quadrature.composite_mean` of
         ``σ^{(j)}(b + s ξ) He_{k-j}(ξ) φ(ξ) / s^{k-j}`` (integration by parts), ``σ^{(j)}`` the last derivative
-        without a Dirac mass.
+        without a Dirac mass, split at the kinks of σ.
         """
         k = check_order(k, "degree", ActivationError)
-        key = ("numpy", k, quad_nodes)
-        if key in self._cache:
-            return self._cache[key]
+        key = (k, quad_nodes)
+        table = self._derived.numpy_means
+        if key in table:
+            return table[key]
         if self.mean0 is not None:
             f = sp.lambdify((B, S), self.mean_expr(k), modules=["scipy", "numpy"])
 
@@ -223,44 +259,15 @@ class Activation:
                 b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
                 return np.asarray(_f(b, s), dtype=float) * np.ones_like(b)
         else:
-            nodes, weights = np.polynomial.legendre.leggauss(check_order(quad_nodes, "quad_nodes", ActivationError))
-            kinks = np.array([float(c) for c in self._kinks()])
-            # m_k = s^{-(k-j)} E[σ^{(j)}(b + s ξ) He_{k-j}(ξ)] (integration by parts), with j the highest order whose
-            # classical derivative carries no Dirac mass; SymPy drops those masses for Piecewise, so j = 0 there
+            nodes = check_order(quad_nodes, "quad_nodes", ActivationError)
+            kinks = np.array([float(c) for c in self.kinks])
+            # SymPy drops the Dirac masses of Piecewise derivatives, so j = 0 there
             j = 0 if kinks.size and self.expr.has(sp.Piecewise) else k
             while j > 0 and self.derivative_expr(j).has(sp.DiracDelta):
                 j -= 1
             dj = sp.lambdify(U, _stable(self.derivative_expr(j)), modules=[_numpy_namespace(), "scipy", "numpy"])
-            he = np.polynomial.hermite_e.HermiteE.basis(k - j)
-
-            def fn(b: Any, s: Any, _d=dj, _he=he, _p=k - j) -> np.ndarray:
-                b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
-                shape = b.shape
-                b, s = b.ravel(), s.ravel()
-                out = np.empty(b.shape)
-                level = np.ceil(np.log2(np.maximum(s, 1.0))).astype(int)  # panels double with s
-                for lv in np.unique(level):
-                    sel = np.flatnonzero(level == lv)
-                    panels = _PANELS * 2**lv
-                    # nodes and weights of the composite rule on [0, 1]
-                    t = ((np.arange(panels)[:, None] + (nodes + 1) / 2) / panels).ravel()
-                    wt = np.tile(weights / (2 * panels), panels)
-                    step = max(1, _QUAD_CHUNK // ((kinks.size + 1) * t.size))
-                    for c in range(0, sel.size, step):
-                        rows = sel[c:c + step]
-                        # windows of |ξ| ≤ 12 between the kinks ξ_c = (c - b)/s of σ, each with the composite rule
-                        with np.errstate(divide="ignore", invalid="ignore"):
-                            inner = (kinks - b[rows, None]) / s[rows, None]
-                        inner = np.clip(np.nan_to_num(inner, nan=0.0), -_XI_MAX, _XI_MAX)
-                        ends = np.full((rows.size, 1), _XI_MAX)
-                        edges = np.sort(np.concatenate([-ends, inner, ends], axis=1), axis=1)
-                        width = np.diff(edges, axis=1)[..., None]
-                        xi = edges[:, :-1, None] + width * t
-                        u = b[rows, None, None] + s[rows, None, None] * xi
-                        w = width * wt * np.exp(-xi**2 / 2) / math.sqrt(2 * math.pi) * _he(xi)
-                        out[rows] = np.sum(np.broadcast_to(_d(u), u.shape) * w, axis=(1, 2)) / s[rows] ** _p
-                return out.reshape(shape)
-        self._cache[key] = fn
+            fn = composite_mean(dj, k - j, kinks, nodes)
+        table[key] = fn
         return fn
 
     def numpy(self) -> Callable[[Any], np.ndarray]:
@@ -274,22 +281,21 @@ class Activation:
         nor give NaN gradients in float32; a piecewise-constant σ (step) stays attached to the autograd graph with
         gradient 0.
         """
-        if "torch" not in self._cache:
-            raw = sp.lambdify(U, _stable(self.expr), modules=[_torch_namespace(), "numpy"])
+        return self._torch_function
 
-            def fn(x: Any, _raw=raw) -> Any:
-                y = _raw(x)
-                y = y.to(x.dtype).expand_as(x) if hasattr(y, "to") else x * 0 + float(y)
-                if x.requires_grad and not y.requires_grad:
-                    y = y + 0 * x.clamp(-1, 1)
-                return y
-            self._cache["torch"] = fn
-        return self._cache["torch"]
+    @cached_property
+    def _torch_function(self) -> Callable[[Any], Any]:
+        raw = sp.lambdify(U, _stable(self.expr), modules=[_torch_namespace(), "numpy"])
+
+        def fn(x: Any, _raw=raw) -> Any:
+            y = _raw(x)
+            y = y.to(x.dtype).expand_as(x) if hasattr(y, "to") else x * 0 + float(y)
+            if x.requires_grad and not y.requires_grad:
+                y = y + 0 * x.clamp(-1, 1)
+            return y
+        return fn
 
 
-_XI_MAX = 12.0  # quadrature window |ξ| ≤ 12 of mean_numpy
-_PANELS = 24  # panels over the window at s ≤ 1 (width 1 in ξ)
-_QUAD_CHUNK = 1 << 21  # evaluation points per block in mean_numpy
 _LOGISTIC = sp.Function("_logistic")  # 1/(1 + e^{-v})
 _SOFTPLUS = sp.Function("_softplus")  # log(1 + e^{v})
 
@@ -411,6 +417,129 @@ def _builtin() -> dict[str, Activation]:
 ACTIVATIONS: dict[str, Activation] = _builtin()
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# existence of the Gaussian means
+# ---------------------------------------------------------------------------------------------------------------
+# numeric check points (off the simple numbers where removable singularities such as sin(u)/u sit)
+_PROBE = [k / 4 + 0.0137 for k in range(-120, 121)] + [-200.0137, -100.0137, -50.0137, 50.0137, 100.0137, 200.0137]
+_GROWTH_AT = (100, 200, 400)  # |u| where log σ² / u² is compared (Gaussian growth: constant; slower: decreasing)
+
+
+def _refuse(name: str, why: str) -> ActivationError:
+    return ActivationError(f"activation {name!r}: {why}, so its Gaussian means E[σ^(k)(b + s ξ)] do not exist "
+                           "(or cannot be computed); use an activation that is finite and real on the whole real "
+                           "line and grows slower than exp(c u²)")
+
+
+def _excluded_points(domain: sp.Set) -> "list[sp.Expr] | None":
+    """Points of ``R − domain`` when they are isolated (at most 41 of them in [−20, 20]); ``None`` when the
+    complement contains an interval."""
+    if isinstance(domain, sp.Complement) and domain.args[0] == sp.S.Reals:
+        rest = domain.args[1]
+    else:
+        rest = sp.Complement(sp.S.Reals, domain)
+    if rest.is_empty:
+        return []
+    points: list[sp.Expr] = []
+    for part in (rest.args if isinstance(rest, sp.Union) else (rest,)):
+        if isinstance(part, sp.FiniteSet):
+            points += list(part)
+        elif isinstance(part, sp.ImageSet) and part.base_sets == (sp.S.Integers,):
+            points += [part.lamda(n) for n in range(-3, 4)]   # a few members of a periodic set
+        else:
+            return None
+    return sorted(set(points), key=lambda p: abs(float(p)))[:41]
+
+
+def _domain_form(expr: sp.Expr) -> sp.Expr:
+    """An expression with the same real domain and the same unbounded points, in functions SymPy's
+    ``continuous_domain`` knows: bounded entire or piecewise-continuous wrappers (erf, sign, Heaviside, floor, …)
+    become ``tanh`` of (or just) their argument; a ``Piecewise`` becomes the sum of its pieces (conservative)."""
+    smooth = (sp.erf, sp.erfc, sp.sign, sp.Heaviside, sp.atan)
+    out = expr.replace(lambda e: isinstance(e, smooth), lambda e: sp.tanh(e.args[0]))
+    out = out.replace(lambda e: isinstance(e, (sp.floor, sp.ceiling)), lambda e: e.args[0])
+    return out.replace(lambda e: isinstance(e, sp.Piecewise), lambda e: sp.Add(*[p for p, _ in e.args]))
+
+
+def _symbolic_check(expr: sp.Expr, name: str) -> None:
+    """SymPy: where σ is continuous and real (isolated exclusions must have finite one-sided limits). Raises
+    :class:`ActivationError`; says nothing when SymPy cannot decide (the numeric check then has the last word)."""
+    from sympy.calculus.util import continuous_domain
+
+    try:
+        domain = continuous_domain(_domain_form(expr), U, sp.S.Reals)
+    except (NotImplementedError, TypeError, ValueError):
+        domain = None
+    if domain is not None:
+        points = _excluded_points(domain)
+        if points is None:
+            bad = sp.Complement(sp.S.Reals, domain)
+            raise _refuse(name, f"σ(u) = {expr} is not real (or not defined) for u in {bad}")
+        for p in points:
+            for side in ("+", "-"):
+                try:
+                    lim = sp.limit(expr, U, p, side)
+                except (NotImplementedError, TypeError, ValueError):
+                    continue
+                if lim.has(sp.oo, -sp.oo, sp.zoo, sp.nan) or not lim.is_finite:
+                    raise _refuse(name, f"σ(u) = {expr} has a singularity at u = {p} (σ → {lim} as u → {p}{side})")
+
+
+
+def _symbolic_growth(expr: sp.Expr, name: str, inf: sp.Expr) -> bool:
+    """SymPy's ``lim log(1 + σ²)/u²`` at ``inf``: raise when positive; ``True`` when it decided."""
+    try:
+        rate = sp.limit(sp.log(1 + expr**2) / U**2, U, inf)
+    except (NotImplementedError, TypeError, ValueError):
+        return False
+    if rate.is_positive or rate.has(sp.oo):
+        raise _refuse(name, f"σ(u) = {expr} grows like exp(c u²) or faster as u → {inf}")
+    return rate == 0
+
+
+def _numeric_check(expr: sp.Expr, name: str) -> None:
+    """mpmath at many points: σ finite and real on [−30, 30] and at |u| ≤ 200; growth from
+    ``r(u) = log(1 + σ²)/u²`` at ``|u| = 100, 200, 400``: constant or increasing (``r(400) ≥ 0.97 r(200)``) is
+    Gaussian or faster growth (refused), halving or faster (exponential, polynomial) is slower; in between, or when
+    ``r`` is not monotone, SymPy's limit of ``r`` at ±∞ decides (:func:`_symbolic_growth`)."""
+    f = sp.lambdify(U, expr, modules="mpmath")
+
+    def value(u: float) -> Any:
+        try:
+            with mpmath.workdps(30):
+                return f(mpmath.mpf(u))
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError, ArithmeticError) as exc:
+            raise _refuse(name, f"σ(u) = {expr} cannot be evaluated at u = {u:g} ({exc})") from None
+
+    for u in _PROBE:
+        v = value(u)
+        if isinstance(v, mpmath.mpc) and v.imag != 0 or not mpmath.isfinite(v):
+            raise _refuse(name, f"σ({u:g}) = {v} is not a finite real number")
+    for sign in (1, -1):
+        rates = []
+        for u in _GROWTH_AT:
+            v = value(sign * u)
+            if isinstance(v, mpmath.mpc) and v.imag != 0 or not mpmath.isfinite(v):
+                raise _refuse(name, f"σ({sign * u:g}) = {v} is not a finite real number")
+            rates.append(float(mpmath.log(1 + mpmath.re(v) ** 2) / u**2))
+        if rates[-1] <= 1e-8 or (rates[-1] <= 0.6 * rates[-2] and rates[-2] <= 0.6 * rates[-3]):
+            continue
+        if not (rates[-1] >= 0.97 * rates[-2] and rates[-2] >= 0.97 * rates[-3]) and sp.count_ops(expr) <= 40 \
+                and _symbolic_growth(expr, name, sign * sp.oo):
+            continue
+        raise _refuse(name, f"σ(u) = {expr} grows like exp(c u²) or faster as u → {'+' if sign > 0 else '-'}∞ "
+                          f"(log(1 + σ²)/u² ≈ {rates[-1]:.3g} at |u| = {_GROWTH_AT[-1]})")
+
+
+@lru_cache(maxsize=256)
+def check_gaussian_means(expr: sp.Expr, name: str) -> None:
+    """Refuse (``ActivationError``, one line saying why) an activation whose Gaussian means do not exist: poles or
+    other unbounded points on the real line, arguments where σ is not real (``log``, ``sqrt`` of negatives), growth
+    like ``exp(c u²)`` or faster. SymPy decides where it can; a numeric check is the backstop."""
+    _symbolic_check(expr, name)
+    _numeric_check(expr, name)
+
+
 def from_expression(text: "str | sp.Expr", name: str | None = None, precision: int = 30) -> Activation:
     """An activation from a SymPy expression in ``u`` (or ``x``); polynomials get exact means, others quadrature."""
     if isinstance(text, str):
@@ -425,6 +554,7 @@ def from_expression(text: "str | sp.Expr", name: str | None = None, precision: i
         raise ActivationError(
             f"unknown activation {str(text)!r}; known: {', '.join(sorted(ACTIVATIONS))}, or an expression in u "
             f"such as 'u*tanh(u)'" + (f" (undefined symbols: {', '.join(sorted(map(str, extra)))})" if extra else ""))
+    check_gaussian_means(expr, name or str(expr))
     mean0 = _polynomial_mean(expr) if expr.is_polynomial(U) else None
     return Activation(name or str(expr), expr, mean0, None, f"user expression {expr}", precision)
 

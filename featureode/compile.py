@@ -42,13 +42,14 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
-from . import ode
+from . import integrate, ode
 from .indexed import IndexedExpressionError, IndexSpace, axes
 
 #: Version of the generator: a hash of the modules that shape the generated code (this one, the Jacobian
 #: derivation and the system definitions), so an edited generator never reads stale modules from the cache.
 CODEGEN_VERSION = hashlib.sha256(b"".join(
-    (Path(__file__).parent / name).read_bytes() for name in ("compile.py", "indexed.py", "ode.py"))).hexdigest()[:12]
+    (Path(__file__).parent / name).read_bytes()
+    for name in ("compile.py", "indexed.py", "ode.py", "integrate.py"))).hexdigest()[:12]
 BACKENDS = ("numpy", "numba")
 _BUILTIN_TERMS = {t.name for t in (*ode.CORE_TERMS, ode.AGOP_GROWTH, ode.DISPLACEMENT_GROWTH)}
 _AXIS_ORDER = (ode.beta, ode.i, ode.alpha, ode.j)
@@ -78,6 +79,7 @@ class Compiled:
     rhs: Callable
     observe: Callable
     jac: Callable
+    rodas: Callable | None = None   # numba only: the compiled integrator of :mod:`featureode.integrate`
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -342,13 +344,33 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
             init, op = ("0.0", "+=") if isinstance(node, sp.Sum) else ("1.0", "*=")
             shape = _tuple(_size_name(space, q) for q in free[x]) if free[x] else None
             lines.append(f"    {x} = numpy.full({shape}, {init})" if shape else f"    {x} = {init}")
-            pad = nest(free[x] + [k])
             target, body = printer.doprint(x), node.function
             if isinstance(node, sp.Product) and body.is_Pow:
+                pad = nest(free[x] + [k])
                 lines.extend([f"{pad}_e = {printer.doprint(body.exp)}", f"{pad}if _e != 0.0:",
                               f"{pad}    {target} {op} ({printer.doprint(body.base)})**_e"])
             else:
-                lines.append(f"{pad}{target} {op} {printer.doprint(body)}")
+                hoisted_nest(free[x] + [k], body, f"{target} {op} ")
+
+    def hoisted_nest(indices: list[sp.Symbol], body: sp.Expr, head: str) -> None:
+        """The loop nest of ``head + body`` with loop-invariant code motion: each factor of ``body`` is multiplied
+        in at the outermost loop where all its indices are bound (``_h<level>`` carries the partial product), so
+        e.g. ``Σ_α K[β,α] (v_α − f_α) ρ_α^{-1/2} J[α,j]`` computes the square root once per (β, α), not per j."""
+        idx = sorted(indices, key=order.__getitem__)
+        temps = {y: frozenset(v) for y, v in free.items()}
+        levels: dict[int, list[sp.Expr]] = {}
+        for factor in sp.Mul.make_args(body):
+            deps = axes(factor, space, temps)
+            levels.setdefault(max((idx.index(q) for q in deps), default=0), []).append(factor)
+        pad, carried = "    ", []
+        for level, q in enumerate(idx):
+            lines.append(f"{pad}for {q} in range({_size_name(space, q)}):")
+            pad += "    "
+            carried += levels.get(level, [])
+            if level < len(idx) - 1 and levels.get(level) and level + 1 in levels:
+                lines.append(f"{pad}_h{level} = {printer.doprint(sp.Mul(*carried))}")
+                carried = [sp.Symbol(f"_h{level}")]
+        lines.append(f"{pad}{head}{printer.doprint(sp.Mul(*carried))}")
 
     for a, expr in zip(assignments, hoisted):
         need(expr)
@@ -368,7 +390,7 @@ def _numba_source(system: ode.System) -> list[str]:
              "    out[M:, :M] = c", "    out[M:, M:] = e", "    return out", "", ""]
     for name, assignments, ret in _functions(system):
         lines += _numba_function(name, system, assignments, ret)
-    return lines
+    return lines + integrate.template_source()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -425,6 +447,6 @@ def compile_system(system: ode.System, backend: str = "numpy") -> Compiled:
         del sys.modules[modname]
         raise CompileError(f"backend {backend!r} needs a package that is not installed: {exc}") from None
     compiled = Compiled(backend, key, path, from_cache, time.perf_counter() - start,
-                        module.rhs, module.observe, module.jac)
+                        module.rhs, module.observe, module.jac, getattr(module, "rodas", None))
     _LOADED[(backend, key)] = compiled
     return compiled

@@ -97,7 +97,7 @@ class ODEConfig:
     scale: bool = False
     extended_degree: int = 2
     extended_max_modes: int = 40
-    method: str = "LSODA"
+    method: str = "rodas4"       # compiled RODAS4 (featureode.integrate), or a scipy solve_ivp method
     rtol: float = 1e-8
     atol: float = 1e-10
     n_points: int = 200
@@ -419,7 +419,7 @@ def _validate(cfg: Config) -> None:
     from .variants import VariantError, variants_from_config
 
     try:
-        variants_from_config(cfg.ode)  # unknown variants, custom tables and ablated terms
+        variants_from_config(cfg.ode, allow_replay=True)  # unknown variants, custom tables and ablated terms
     except VariantError as exc:
         raise ConfigError(str(exc) if str(exc).startswith("[ode") else f"[ode] variants: {exc}") from None
 

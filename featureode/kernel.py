@@ -24,7 +24,12 @@ with ``X_i ~ χ²_{1+2γ_i}`` independent and ``M_γ = Π_i (2γ_i−1)!! g_i^{�
 average is therefore a deterministic two-dimensional integral over ``(b, Q)`` whatever the dimension or the
 modes' support: the density of ``Q`` comes from its exact Laplace transform (Talbot inversion) on a logarithmic
 grid, and ``b`` is integrated by Gauss–Hermite or, for non-smooth σ, a sinh-mapped trapezoidal rule
-(:class:`_Integrator`). ``E[a²] = 1`` is used exactly.
+(:mod:`featureode.initlaw`). ``E[a²]`` is the parametrization's readout variance, used exactly.
+
+Layout: :func:`pair_terms` is the one per-neuron formula (each part of ``K_{αβ}`` as a sum of
+``E[ŵ^{2γ} (P) m_j m_k]``); :class:`QuadratureAverager` (law of ``Q`` × :class:`MeanTable` of ``E_b[m_j m_k]``) and
+:class:`MonteCarloAverager` evaluate it; :func:`check_integrable` refuses averages that do not exist; a
+:class:`~featureode.network.Network` carries the shared quadrature state.
 HEA (DESIGN §4): on the unit sphere, Mehler's formula gives ``Θ(ρ) = Σ_l Λ_l ρ^l / l!`` with
 ``Λ_l = (l+1) E_b[m_l(b, 1)²] + E_b[m_{l+1}(b, 1)²]``, and ``λ_β^HEA = Λ_{|β|} g^β``.
 Closure constants: ``c_l = E_k[a² m_l(b, |ŵ|)²]``, ``κ = γ² c_1 / Λ_1²``.
@@ -35,35 +40,33 @@ import itertools
 import math
 import time
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import mpmath
 import numpy as np
 import sympy as sp
-from scipy.linalg import eigh_tridiagonal
 
 from .activations import B, S, Activation, ActivationError, get_activation
 from .data import Spectrum
 from .hermite import Mode
+from .initlaw import MAX_ORDER, STEP, BiasRule, Gamma, QGrid, bias_rule, gauss_rule, q_law
+from .network import Network
 
 __all__ = [
-    "KernelError", "KernelTheory", "exact_eigenvalues", "gram_matrix", "level_coefficients",
-    "level_coefficient_exprs", "hea_eigenvalues", "closure_constants", "extended_basis", "kernel_theory",
-    "kernel_report", "compare_exact_hea", "exact_vs_hea_figure",
+    "KernelError", "KernelTheory", "Network", "Term", "pair_terms", "exact_eigenvalues", "gram_matrix",
+    "level_coefficients", "level_coefficient_exprs", "hea_eigenvalues", "closure_constants", "extended_basis",
+    "kernel_theory", "kernel_theory_batch", "kernel_report", "compare_exact_hea", "exact_vs_hea_figure",
+    "network_gram", "network_eigenvalues", "network_closure", "clear_caches", "STEP", "MAX_ORDER",
 ]
 
-#: Step of the logarithmic grid in ``Q = |ŵ|²`` (and of the sinh-mapped grid in ``b``); halving it changes
-#: results by ~1e-12 relative (see ``theory_tests/test_kernel.py``).
-STEP = 0.1
-#: Highest derivative order ``m_k`` the kernel layer evaluates (mode degree + 2).
-MAX_ORDER = 24
 #: Largest number of candidate modes :func:`extended_basis` enumerates.
 MAX_CANDIDATES = 200_000
-#: Measured cost (seconds) of one mode pair of a Gram matrix, used in the cost estimates of error messages.
-_PAIR_COST_S = 1e-2
+#: Measured cost (seconds) of one mode pair of a Gram matrix (≈ 2.5e-4 s on a fresh spectrum, one core; rounded
+#: up), used in the cost estimates of error messages.
+_PAIR_COST_S = 5e-4
 
 
 class KernelError(ValueError):
@@ -84,7 +87,8 @@ class KernelTheory:
     (0 when deterministic); ``level_coefficients``: ``Λ_0 … Λ_L``; ``c``: ``c_0 … c_L`` with
     ``c_l = E_k[a_k² m_l(b_k, |ŵ_k|)²]``; ``gram``: ``K_{αβ}(0) = E[h_α Θ h_β]`` on B (``None`` unless asked);
     ``kappa``: the derived AGOP constant ``γ² c_1 / Λ_1²``. ``gram_parts``: the readout (NNGP), weights and bias
-    parts of ``gram`` (``None`` when ``gram`` is); ``activation``, ``bias_std``: the network they belong to.
+    parts of ``gram`` (``None`` when ``gram`` is); ``activation``, ``bias_std``: the network they belong to, and
+    ``network`` the :class:`~featureode.network.Network` itself (``None`` for hand-built theories).
     """
 
     modes: tuple[Mode, ...]
@@ -100,6 +104,7 @@ class KernelTheory:
     gram_parts: dict[str, np.ndarray] | None = field(default=None, compare=False)
     activation: str = ""
     bias_std: float = 0.0
+    network: Network | None = field(default=None, compare=False, repr=False)
 
     @property
     def kappa(self) -> float:
@@ -116,333 +121,272 @@ class KernelTheory:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the integrator: averages E_k[ŵ^{2γ} (P) m_j(b, |ŵ|) m_k(b, |ŵ|)] over the init law
+# the per-neuron formula: K_{αβ} parts as sums of E[ŵ^{2γ} (P) m_j m_k]
 # ----------------------------------------------------------------------------------------------------------------
-Gamma = tuple[tuple[int, int], ...]   # sparse half multi-index γ: ((dim, γ_i), …), γ_i ≥ 1
-
-
-def _double_factorial(n: int) -> int:
-    return math.prod(range(n, 0, -2)) if n > 0 else 1
-
-
-@lru_cache(maxsize=64)
-def _power_sums(g: tuple[float, ...], n_max: int, dps: int) -> tuple[mpmath.mpf, ...]:
-    """``p_n = Σ_i g_i^n`` for ``n = 0 … n_max`` at ``dps`` digits."""
-    with mpmath.workdps(dps):
-        gm = [mpmath.mpf(x) for x in g]
-        out, powers = [], [mpmath.mpf(1)] * len(gm)
-        for _ in range(n_max + 1):
-            out.append(mpmath.fsum(powers))
-            powers = [p * x for p, x in zip(powers, gm)]
-        return tuple(out)
-
-
-def _cumulants(g: tuple[float, ...], gamma: Gamma, weighted: bool, n_max: int, dps: int) -> list[mpmath.mpf]:
-    """Cumulants ``κ_0 = 0, κ_1 … κ_{n_max}`` of the normalised measure ``ŵ^{2γ} (P) dP`` on ``Q = |ŵ|²``.
-
-    ``log E[ŵ^{2γ} e^{tQ}] = const + Σ_n t^n 2^{n−1}/n · Σ_i (2γ_i+1) g_i^n``; the factor ``P`` adds
-    ``log Σ_n (2t)^n s_{n+2}/s_2`` with ``s_n = Σ_i (2γ_i+1) g_i^n``.
-    """
-    p = _power_sums(g, n_max + 2, dps)
-    with mpmath.workdps(dps):
-        def s(n: int) -> mpmath.mpf:
-            return p[n] + mpmath.fsum(2 * k * mpmath.mpf(g[i]) ** n for i, k in gamma)
-
-        kappa = [mpmath.mpf(0)] + [mpmath.factorial(n - 1) * mpmath.mpf(2) ** (n - 1) * s(n)
-                                   for n in range(1, n_max + 1)]
-        if weighted:
-            a = [mpmath.mpf(2) ** n * s(n + 2) / s(2) for n in range(n_max + 1)]
-            log = [mpmath.mpf(0)] * (n_max + 1)   # series of log A(t), A = Σ a_n t^n, a_0 = 1
-            for n in range(1, n_max + 1):
-                log[n] = a[n] - mpmath.fsum(k * log[k] * a[n - k] for k in range(1, n)) / n
-            kappa = [kappa[n] + mpmath.factorial(n) * log[n] for n in range(n_max + 1)]
-        return kappa
-
-
-@lru_cache(maxsize=4096)
-def _gauss_rule(g: tuple[float, ...], gamma: Gamma, weighted: bool, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss rule ``(nodes, weights)`` with ``n`` nodes for the normalised ``ν(dQ) ∝ E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]``.
-
-    Moments of the standardised ``y = (Q − κ_1)/sqrt(κ_2)`` come from the exact cumulants; the Chebyshev algorithm
-    turns them into the three-term recurrence (mpmath, ``40 + 3n`` digits, ample for the Hankel conditioning) and
-    Golub–Welsch gives nodes and weights (float64, well conditioned).
-    """
-    dps = 40 + 3 * n
-    kappa = _cumulants(g, gamma, weighted, 2 * n, dps)
-    with mpmath.workdps(dps):
-        sd = mpmath.sqrt(kappa[2])
-        kt = [mpmath.mpf(0), mpmath.mpf(0)] + [kappa[j] / sd**j for j in range(2, 2 * n + 1)]
-        mom = [mpmath.mpf(1)]
-        for m in range(1, 2 * n):
-            mom.append(mpmath.fsum(mpmath.binomial(m - 1, k - 1) * kt[k] * mom[m - k] for k in range(1, m + 1)))
-        alpha, beta = [mpmath.mpf(0)] * n, [mpmath.mpf(0)] * n
-        alpha[0], beta[0] = mom[1], mom[0]
-        prev, cur = [mpmath.mpf(0)] * (2 * n), list(mom)
-        for k in range(1, n):
-            new = [mpmath.mpf(0)] * (2 * n)
-            for j in range(k, 2 * n - k):
-                new[j] = cur[j + 1] - alpha[k - 1] * cur[j] - beta[k - 1] * prev[j]
-            alpha[k] = new[k + 1] / new[k] - cur[k] / cur[k - 1]
-            beta[k] = new[k] / cur[k - 1]
-            prev, cur = cur, new
-        y, vec = eigh_tridiagonal(np.array([float(v) for v in alpha]),
-                                  np.sqrt(np.array([float(v) for v in beta[1:]])))
-        nodes = float(kappa[1]) + float(sd) * y
-    if np.any(nodes <= 0):
-        raise KernelError(f"the Gauss rule for |ŵ|² produced a non-positive node ({nodes.min():.3g}); the density "
-                          "method should have been used — please report this spectrum")
-    return nodes, vec[0] ** 2
-
-
 @dataclass(frozen=True)
-class _Measure:
-    """``ν(dQ) = E[ŵ^{2γ} (P); |ŵ|² ∈ dQ] ≈ mass · Σ_j w_j δ_{Q_j}``: on the log grid (``rows`` into it) or at the
-    nodes of a Gauss rule (``rows`` is ``None``)."""
+class Term:
+    """``coefficient · E_k[ŵ^{2γ} (P) m_j(b, |ŵ|) m_k(b, |ŵ|)]`` contributing to one part of ``K_{αβ}``."""
 
-    mass: float
-    Q: np.ndarray
-    w: np.ndarray
-    rows: np.ndarray | None
+    part: str
+    coefficient: float
+    gamma: Gamma
+    weighted: bool
+    j: int
+    k: int
 
 
-class _Integrator:
-    """Deterministic averages over the init law of one network (activation, spectrum ``g``, ``σ_b``).
+PARTS = ("readout", "weights", "bias")
 
-    ``E[ŵ^{2γ} (P) F(Q)] = mass · ∫ F(Q) ν̂(Q) dQ`` with ``ν̂`` the normalised law of ``Q = |ŵ|²`` under the
-    measure, whose Laplace transform is ``L(z) = Π_i (1 + 2 z g_i)^{−(1/2 + γ_i)}`` (times
-    ``Σ_i (2γ_i+1) g_i²/(1 + 2 z g_i)``, normalised, for the factor ``P``).
 
-    * Density method (default): ``ν̂`` by inverse Laplace transform on a fixed Talbot contour (``talbot`` nodes)
-      at the points of a universal logarithmic grid ``Q = e^y`` (step ``step``), and the trapezoidal rule in ``y``.
-      Convergence is geometric (the integrand is analytic in a strip of the ``y`` plane, and the power laws at
-      ``Q → 0`` — including the ``|ŵ| → 0`` singularities of non-smooth σ — become exponential decay in ``y``).
-      It is accepted only if the grid reproduces the exact mass, mean and second moment of ``ν̂`` to 1e-7.
-    * Gauss rule (fallback, for laws concentrated far from 0, where the Talbot sum cancels badly): ``N_GAUSS``
-      nodes from the exact moments (cumulants ``κ_n = (n−1)! 2^{n−1} Σ_i (2γ_i+1) g_i^n``, plus the log of the
-      ``P`` factor), Chebyshev algorithm in mpmath, Golub–Welsch.
+def pair_terms(a: Mode, b: Mode, g: np.ndarray, readout_variance: float = 1.0) -> list[Term]:
+    """The terms of ``K_{ab} = E[h_a Θ h_b]`` (module docstring), the ONE per-neuron formula that every averager
+    (quadrature, Monte Carlo) evaluates; ``[]`` when ``a ≢ b`` mod 2 in some coordinate (then ``K_{ab} = 0``).
 
-    ``F(Q) = E_b[m_j m_k]`` is integrated over ``b ~ N(0, σ_b²)`` by Gauss–Hermite (``n_b`` nodes) for smooth σ, and
-    for non-smooth σ (a classical order) by the trapezoidal rule in ``v`` with ``b = c sinh(v)``,
-    ``c = min(|ŵ|, σ_b)/4``, which resolves the ``b``-structure of width ``|ŵ|`` around 0 at every ``Q``.
+    ``readout = E[A_a A_b]``; ``bias = E[a²] E[H_a H_b]``; ``weights = E[a²] E[Σ_i G_{ai} G_{bi}]`` with the sum over
+    ``i`` done in closed form (``ŵ^{2γ} P`` term, the ``(β·g)``/``(α·g)`` terms and the shared-direction terms
+    ``g_i α_i β_i ŵ^{2γ − 2e_i}``)."""
+    da, db = a.as_dict(), b.as_dict()
+    dims = sorted(set(da) | set(db))
+    for i in dims:
+        if i >= g.size:
+            raise KernelError(f"mode {a if i in da else b} uses dimension z{i} but d = {g.size}")
+    if any((da.get(i, 0) + db.get(i, 0)) % 2 for i in dims):
+        return []
+    gamma: Gamma = tuple((i, (da.get(i, 0) + db.get(i, 0)) // 2) for i in dims)
+    p, q = a.degree, b.degree
+    norm = 1 / math.sqrt(a.factorial * b.factorial)
+    ea = norm * readout_variance
+    terms = [Term("readout", norm, gamma, False, p, q), Term("bias", ea, gamma, False, p + 1, q + 1),
+             Term("weights", ea, gamma, True, p + 2, q + 2)]
+    ag = sum(g[i] * n for i, n in da.items())
+    bg = sum(g[i] * n for i, n in db.items())
+    if bg:
+        terms.append(Term("weights", ea * bg, gamma, False, p + 2, q))
+    if ag:
+        terms.append(Term("weights", ea * ag, gamma, False, p, q + 2))
+    for i in sorted(set(da) & set(db)):
+        lower = tuple((j, n - (j == i)) for j, n in gamma if n - (j == i) > 0)
+        terms.append(Term("weights", ea * g[i] * da[i] * db[i], lower, False, p, q))
+    return terms
+
+
+def closure_term(level: int, readout_variance: float = 1.0) -> Term:
+    """``c_l = E_k[a_k² m_l(b_k, |ŵ_k|)²] = E[a²] E[m_l²]``."""
+    return Term("closure", readout_variance, (), False, level, level)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# integrability
+# ----------------------------------------------------------------------------------------------------------------
+def singular_power(act: Activation, bias_std: float, j: int, k: int) -> int:
+    """``e`` with ``E_b[m_j m_k](Q) = O(Q^{−e/2})`` as ``Q → 0`` (0 for smooth σ).
+
+    Beyond the classical order ``r`` of σ, ``m_k(b, s) ~ s^{−(k−r)}`` near ``b = 0``; averaging the product over
+    ``b`` (σ_b > 0) gains one power of ``s``.
     """
+    r = act.classical_order
+    if r is None or (bias_std == 0 and any(act.vanishes_at_zero_bias(o) for o in (j, k))):
+        return 0
+    return max(0, max(0, j - r) + max(0, k - r) - (1 if bias_std > 0 else 0))
 
-    Q_MIN = 1e-24          # lower end of the Q grid, relative to Σg
-    TAIL = 120.0           # upper end: Σg + (TAIL + 4·MAX_ORDER) g_0
-    N_GAUSS = 24
-    CHECK = 1e-7
 
-    def __init__(self, act: Activation, g: Sequence[float], bias_std: float, step: float = STEP,
-                 talbot: int = 24, n_b: int = 64):
-        self.act, self.g, self.bias_std = act, np.asarray(g, dtype=float), float(bias_std)
-        self.step, self.talbot, self.n_b = step, talbot, n_b
-        total, top = float(self.g.sum()), float(self.g.max())
-        y = np.arange(math.log(self.Q_MIN * total), math.log(total + (self.TAIL + 4 * MAX_ORDER) * top), step)
-        self.Q = np.exp(y)
-        self.wq = step * self.Q
-        # fixed Talbot contour z_k = r θ_k (cot θ_k + i), θ_k = kπ/M, r = 2M/(5Q); column 0 is the real point z = r
-        th = np.arange(1, talbot) * math.pi / talbot
-        cot = 1 / np.tan(th)
-        r = 2 * talbot / (5 * self.Q)
-        self.z = np.concatenate([r[:, None] + 0j, r[:, None] * (th * (cot + 1j))[None, :]], axis=1)
-        coef = np.concatenate([[0.5 + 0j], 1 + 1j * (th + (th * cot - 1) * cot)])
-        self.kern = (r / talbot)[:, None] * coef[None, :] * np.exp(self.Q[:, None] * self.z)
-        self.log_base = np.zeros(self.z.shape, dtype=complex)
-        self.p_base = np.zeros(self.z.shape, dtype=complex)
-        for gi in self.g:
-            one = 1 + 2 * gi * self.z
-            self.log_base -= 0.5 * np.log(one)
-            self.p_base += gi * gi / one
-        self.grid_b, self.grid_wb = self._b_rule(self.Q)
-        self._mvals: dict[int, np.ndarray] = {}
-        self._measures: dict[tuple[Gamma, bool], _Measure] = {}
-        self._integrals: dict[tuple, float] = {}
-        self._vanishing: dict[int, bool] = {}
+def check_integrable(act: Activation, bias_std: float, dim: int, term: Term) -> int:
+    """Raise when ``E[ŵ^{2γ} (P) m_j m_k]`` does not exist (or exceeds :data:`MAX_ORDER`); else return the singular
+    power ``e`` (:func:`singular_power`). The measure has density ``~ Q^{d/2 + |γ| (+1) − 1}`` at 0."""
+    j, k = term.j, term.k
+    for order in (j, k):
+        if order > MAX_ORDER:
+            raise KernelError(
+                f"the kernel needs derivative means up to m_{order}, above the supported order {MAX_ORDER} "
+                f"(mode degree ≤ {MAX_ORDER - 2}); double precision no longer holds for such orders; use "
+                "lower-degree modes")
+    e = singular_power(act, bias_std, j, k)
+    shape = dim / 2 + sum(n for _, n in term.gamma) + (1 if term.weighted else 0)
+    if shape - e / 2 <= 0:
+        o, r = max(j, k), act.classical_order
+        raise ActivationError(
+            f"activation {act.name!r}: the kernel needs the derivative mean m_{o}(b, s) = E[σ^({o})(u)] at "
+            f"order {o}, beyond the classical order {r} of {act.name}; it grows like s^-{o - r} as the "
+            f"neuron scale s = |ŵ| → 0 and its average over the init law (d = {dim}, σ_b = {bias_std}) "
+            f"diverges, so this kernel entry does not exist; use a smoother activation or lower-degree modes")
+    return e
 
-    @property
-    def dim(self) -> int:
-        return int(self.g.size)
 
-    # b ------------------------------------------------------------------------------------------------------------
-    def _b_rule(self, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Nodes/weights in ``b`` for each ``Q``: shape ``(len(Q), n)``, or ``(1, n)`` when independent of ``Q``."""
-        sb = self.bias_std
-        if sb == 0:
-            return np.zeros((1, 1)), np.ones((1, 1))
-        if self.act.classical_order is None:
-            x, w = np.polynomial.hermite_e.hermegauss(self.n_b)
-            return sb * x[None, :], (w / math.sqrt(2 * math.pi))[None, :]
-        c = np.minimum(np.sqrt(Q), sb) / 4
-        vmax = np.arcsinh(12 * sb / c)
-        n = int(2 * vmax.max() / self.step) | 1
-        x = np.linspace(-1, 1, n)
-        v = vmax[:, None] * x[None, :]
-        b = c[:, None] * np.sinh(v)
-        dens = np.exp(-0.5 * (b / sb) ** 2) / (sb * math.sqrt(2 * math.pi))
-        return b, c[:, None] * np.cosh(v) * (vmax[:, None] * (x[1] - x[0])) * dens
+# ----------------------------------------------------------------------------------------------------------------
+# averagers: quadrature over (Q, b), Monte Carlo over neurons
+# ----------------------------------------------------------------------------------------------------------------
+def _finite_means(act: Activation, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``m_k(b, s)`` with non-finite values (``s → 0`` corners of non-smooth σ) set to 0."""
+    with np.errstate(all="ignore"):
+        vals = act.mean_numpy(k)(b, s)
+    return np.where(np.isfinite(vals), vals, 0.0)
 
-    def _means(self, k: int, b: np.ndarray, Q: np.ndarray) -> np.ndarray:
-        with np.errstate(all="ignore"):
-            vals = self.act.mean_numpy(k)(b, np.sqrt(Q)[:, None] * np.ones_like(b))
-        return np.where(np.isfinite(vals), vals, 0.0)
 
-    def _m_grid(self, k: int, rows: np.ndarray) -> np.ndarray:
-        """``m_k(b, sqrt(Q))`` on the ``(Q, b)`` nodes of grid rows ``rows`` (computed once, lazily)."""
-        if k not in self._mvals:
-            self._mvals[k] = np.full((self.Q.size, self.grid_b.shape[1]), np.nan)
-        cache = self._mvals[k]
+class MeanTable:
+    """``F_{jk}(Q) = E_b[m_j(b, sqrt(Q)) m_k(b, sqrt(Q))]`` of one activation and bias rule on a :class:`QGrid`
+    (rows computed lazily, kept for every spectrum whose grid starts at the same ``y_0``)."""
+
+    def __init__(self, act: Activation, rule: BiasRule, y0: float, step: float):
+        self.act, self.rule = act, rule
+        n = int(math.ceil((math.log(1 + QGrid.TAIL + 4 * MAX_ORDER) - math.log(QGrid.Q_MIN)) / step)) + 2
+        self.grid = QGrid(y0, step, n)
+        Q = self.grid.Q
+        self.b, self.wb = rule.nodes(Q, rule.sinh_count(Q[:1]) if rule.bias_std > 0 and not rule.smooth else None)
+        self._m: dict[int, np.ndarray] = {}
+        self._F: dict[tuple[int, int], np.ndarray] = {}
+
+    def _rows_b(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.b.shape[0] > 1:
+            return self.b[rows], self.wb[rows]
+        return np.broadcast_to(self.b, (rows.size, self.b.shape[1])), self.wb
+
+    def m(self, k: int, rows: np.ndarray) -> np.ndarray:
+        """``m_k(b, sqrt(Q))`` on the ``(Q, b)`` nodes of rows ``rows``."""
+        cache = self._m.get(k)
+        if cache is None:
+            cache = self._m[k] = np.full((self.grid.n, self.b.shape[1]), np.nan)
         todo = rows[np.isnan(cache[rows, 0])]
         if todo.size:
-            b = self.grid_b[todo] if self.grid_b.shape[0] > 1 else np.broadcast_to(
-                self.grid_b, (todo.size, self.grid_b.shape[1]))
-            cache[todo] = self._means(k, b, self.Q[todo])
+            b, _ = self._rows_b(todo)
+            cache[todo] = _finite_means(self.act, k, b, np.sqrt(self.grid.Q[todo])[:, None] * np.ones_like(b))
         return cache[rows]
 
-    def F(self, j: int, k: int, measure: _Measure) -> np.ndarray:
-        """``F_{jk}(Q) = E_b[m_j(b, sqrt(Q)) m_k(b, sqrt(Q))]`` at the measure's points."""
-        if measure.rows is not None:
-            rows = measure.rows
-            mj, mk = self._m_grid(j, rows), self._m_grid(k, rows)
-            wb = self.grid_wb[rows] if self.grid_wb.shape[0] > 1 else self.grid_wb
-        else:
-            b, wb = self._b_rule(measure.Q)
-            b = np.broadcast_to(b, (measure.Q.size, b.shape[1]))
-            mj, mk = self._means(j, b, measure.Q), self._means(k, b, measure.Q)
+    def F(self, j: int, k: int, rows: np.ndarray) -> np.ndarray:
+        """``F_{jk}`` at grid rows ``rows``."""
+        cache = self._F.get((j, k))
+        if cache is None:
+            cache = self._F[(j, k)] = np.full(self.grid.n, np.nan)
+        todo = rows[np.isnan(cache[rows])]
+        if todo.size:
+            _, wb = self._rows_b(todo)
+            with np.errstate(all="ignore"):
+                vals = np.sum(self.m(j, todo) * self.m(k, todo) * wb, axis=1)
+            cache[todo] = np.where(np.isfinite(vals), vals, 0.0)
+        return cache[rows]
+
+    def F_at(self, j: int, k: int, Q: np.ndarray) -> np.ndarray:
+        """``F_{jk}`` at arbitrary points ``Q`` (nodes of a Gauss rule)."""
+        b, wb = self.rule.nodes(Q)
+        b = np.broadcast_to(b, (Q.size, b.shape[1]))
+        s = np.sqrt(Q)[:, None] * np.ones_like(b)
         with np.errstate(all="ignore"):
-            vals = np.sum(mj * mk * wb, axis=1)
+            vals = np.sum(_finite_means(self.act, j, b, s) * _finite_means(self.act, k, b, s) * wb, axis=1)
         return np.where(np.isfinite(vals), vals, 0.0)
 
-    # Q ------------------------------------------------------------------------------------------------------------
-    def _sums(self, gamma: Gamma, n: int) -> float:
-        """``Σ_i (2γ_i + 1) g_i^n``."""
-        return float(np.sum(self.g**n)) + sum(2 * k * self.g[i] ** n for i, k in gamma)
 
-    def measure(self, gamma: Gamma, weighted: bool) -> _Measure:
-        """The discretised ``ν(dQ) = E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]`` (density method, else Gauss rule)."""
-        key = (gamma, weighted)
-        if key in self._measures:
-            return self._measures[key]
-        g = self.g
-        mass = math.prod(_double_factorial(2 * n - 1) * g[i] ** n for i, n in gamma)
-        logl = self.log_base.copy()
-        for i, n in gamma:
-            logl -= n * np.log(1 + 2 * g[i] * self.z)
-        with np.errstate(all="ignore"):
-            terms = self.kern * np.exp(logl)
-        mean, var = self._sums(gamma, 1), 2 * self._sums(gamma, 2)
-        if weighted:
-            norm = self._sums(gamma, 2)
-            extra = self.p_base.copy()
-            for i, n in gamma:
-                extra += 2 * n * g[i] ** 2 / (1 + 2 * g[i] * self.z)
-            terms = terms * extra / norm
-            mass *= norm
-            # the factor P adds the cumulants of Σ_n (2t)^n s_{n+2}/s_2:  κ_1 += 2 s_3/s_2, κ_2 += 8 s_4/s_2 − 4 (s_3/s_2)²
-            r3, r4 = self._sums(gamma, 3) / norm, self._sums(gamma, 4) / norm
-            mean, var = mean + 2 * r3, var + 8 * r4 - 4 * r3**2
-        dens = np.sum(terms, axis=1).real
-        cut = mean + 12 * math.sqrt(var) + 80 * float(g.max())
-        dens = np.where(np.isfinite(dens) & (self.Q <= cut), dens, 0.0)
-        moments = [float(np.sum(self.wq * dens * self.Q**p)) for p in range(3)]
-        exact = [1.0, mean, var + mean**2]
-        if all(abs(a - b) <= self.CHECK * b for a, b in zip(moments, exact)):
-            rows = np.nonzero(dens)[0]
-            out = _Measure(mass, self.Q[rows], self.wq[rows] * dens[rows], rows)
-        else:
-            nodes, weights = _gauss_rule(tuple(g), gamma, weighted, self.N_GAUSS)
-            out = _Measure(mass, nodes, weights, None)
-        self._measures[key] = out
-        return out
+@lru_cache(maxsize=8)   # a table holds m_k on up to ~600 × 630 nodes per order k
+def _mean_table(act: Activation, rule: BiasRule, y0: float, step: float) -> MeanTable:
+    return MeanTable(act, rule, y0, step)
 
-    # averages -----------------------------------------------------------------------------------------------------
-    def _vanishes_at_zero_bias(self, k: int) -> bool:
-        """``m_k(0, s) ≡ 0`` (exactly, from the closed form) — relevant only when ``σ_b = 0``."""
-        if k not in self._vanishing:
-            ex = self.act.mean_expr(k)
-            self._vanishing[k] = ex is not None and sp.simplify(ex.subs(B, 0)) == 0
-        return self._vanishing[k]
 
-    def singular_power(self, j: int, k: int) -> int:
-        """``e`` with ``E_b[m_j m_k](Q) = O(Q^{−e/2})`` as ``Q → 0`` (0 for smooth σ).
+class QuadratureAverager:
+    """Deterministic ``E[ŵ^{2γ} (P) m_j m_k] = mass · Σ_Q w(Q) F_{jk}(Q)`` over the init law of a :class:`Network`:
+    the measure from the network's :class:`~featureode.initlaw.QLaw`, ``F`` from the shared :class:`MeanTable`.
 
-        Beyond the classical order ``r`` of σ, ``m_k(b, s) ~ s^{−(k−r)}`` near ``b = 0``; averaging the product over
-        ``b`` (σ_b > 0) gains one power of ``s``.
-        """
-        r = self.act.classical_order
-        if r is None or (self.bias_std == 0 and any(self._vanishes_at_zero_bias(o) for o in (j, k))):
-            return 0
-        return max(0, max(0, j - r) + max(0, k - r) - (1 if self.bias_std > 0 else 0))
+    On the grid, points where the weight times the bound ``Q^{−e/2}`` on ``F`` is below ``1e-20`` of its maximum
+    are skipped (they cannot contribute in double precision)."""
 
-    def check_order(self, j: int, k: int, gamma: Gamma, weighted: bool) -> int:
-        """Raise when ``E[ŵ^{2γ} (P) m_j m_k]`` does not exist (or exceeds :data:`MAX_ORDER`); else return the
-        singular power ``e`` (:meth:`singular_power`). The measure has density ``~ Q^{d/2 + |γ| (+1) − 1}`` at 0."""
-        for order in (j, k):
-            if order > MAX_ORDER:
-                raise KernelError(
-                    f"the kernel needs derivative means up to m_{order}, above the supported order {MAX_ORDER} "
-                    f"(mode degree ≤ {MAX_ORDER - 2}); double precision no longer holds for such orders; use "
-                    "lower-degree modes")
-        e = self.singular_power(j, k)
-        shape = self.dim / 2 + sum(n for _, n in gamma) + (1 if weighted else 0)
-        if shape - e / 2 <= 0:
-            o, r = max(j, k), self.act.classical_order
-            raise ActivationError(
-                f"activation {self.act.name!r}: the kernel needs the derivative mean m_{o}(b, s) = E[σ^({o})(u)] at "
-                f"order {o}, beyond the classical order {r} of {self.act.name}; it grows like s^-{o - r} as the "
-                f"neuron scale s = |ŵ| → 0 and its average over the init law (d = {self.dim}, σ_b = {self.bias_std}) "
-                f"diverges, so this kernel entry does not exist; use a smoother activation or lower-degree modes")
-        return e
+    def __init__(self, net: Network):
+        self.net = net
+        self.law = net.q_law
+        self.table = _mean_table(net.activation, net.bias_rule, self.law.grid.y0, net.step)
+        self._integrals: dict[tuple[Gamma, bool, int, int], float] = {}
 
     def integral(self, gamma: Gamma, weighted: bool, j: int, k: int) -> float:
-        """``E_{b,ŵ}[ŵ^{2γ} (P) m_j(b, |ŵ|) m_k(b, |ŵ|)]`` (``P = Σ_i g_i ŵ_i²`` when ``weighted``).
-
-        On the grid, points where the weight times the bound ``Q^{−e/2}`` on ``F`` is below ``1e-20`` of its maximum
-        are skipped (they cannot contribute in double precision)."""
+        """``E_{b,ŵ}[ŵ^{2γ} (P) m_j(b, |ŵ|) m_k(b, |ŵ|)]`` (``P = Σ_i g_i ŵ_i²`` when ``weighted``)."""
         j, k = min(j, k), max(j, k)
         key = (gamma, weighted, j, k)
-        if key not in self._integrals:
-            e = self.check_order(j, k, gamma, weighted)
-            ms = self.measure(gamma, weighted)
+        val = self._integrals.get(key)
+        if val is None:
+            e = check_integrable(self.net.activation, self.net.bias_std, self.net.dim,
+                                 Term("", 1.0, gamma, weighted, j, k))
+            ms = self.law.measure(gamma, weighted, e)
             if ms.rows is not None:
-                bound = np.abs(ms.w) * ms.Q ** (-e / 2)
+                w = ms.w
+                bound = np.abs(w) * ms.Q ** (-e / 2) if e else np.abs(w)
                 keep = bound > 1e-20 * bound.max()
-                ms = _Measure(ms.mass, ms.Q[keep], ms.w[keep], ms.rows[keep])
-            self._integrals[key] = ms.mass * float(np.sum(ms.w * self.F(j, k, ms)))
-        return self._integrals[key]
+                val = ms.mass * float(np.sum(w[keep] * self.table.F(j, k, ms.rows[keep])))
+            else:
+                val = ms.mass * float(np.sum(ms.w * self.table.F_at(j, k, ms.Q)))
+            self._integrals[key] = val
+        return val
 
-    def pair(self, a: Mode, b: Mode) -> tuple[float, float, float]:
-        """``(readout, weights, bias)`` parts of ``K_{ab} = E[h_a Θ h_b]`` (module docstring)."""
-        da, db = a.as_dict(), b.as_dict()
-        dims = sorted(set(da) | set(db))
-        for i in dims:
-            if i >= self.dim:
-                raise KernelError(f"mode {a if i in da else b} uses dimension z{i} but d = {self.dim}")
-        if any((da.get(i, 0) + db.get(i, 0)) % 2 for i in dims):
-            return 0.0, 0.0, 0.0
-        gamma: Gamma = tuple((i, (da.get(i, 0) + db.get(i, 0)) // 2) for i in dims)
-        p, q = a.degree, b.degree
-        norm = 1 / math.sqrt(a.factorial * b.factorial)
-        readout = self.integral(gamma, False, p, q)
-        bias = self.integral(gamma, False, p + 1, q + 1)
-        ag = sum(self.g[i] * n for i, n in da.items())
-        bg = sum(self.g[i] * n for i, n in db.items())
-        weights = self.integral(gamma, True, p + 2, q + 2)
-        if bg:
-            weights += bg * self.integral(gamma, False, p + 2, q)
-        if ag:
-            weights += ag * self.integral(gamma, False, p, q + 2)
-        for i in set(da) & set(db):
-            lower = tuple((j, n - (j == i)) for j, n in gamma if n - (j == i) > 0)
-            weights += self.g[i] * da[i] * db[i] * self.integral(lower, False, p, q)
-        return norm * readout, norm * weights, norm * bias
-
-    def closure(self, level: int) -> float:
-        """``c_l = E[a² m_l(b, |ŵ|)²] = E[m_l²]`` (``E[a²] = 1``)."""
-        return self.integral((), False, level, level)
+    def value(self, terms: Sequence[Term]) -> dict[str, float]:
+        """``Σ coefficient · integral`` per part (the most singular integrands first, so that each measure is
+        discretised once, on the most rows any of them needs)."""
+        for t in sorted(terms, key=lambda t: -(t.j + t.k)):
+            self.integral(t.gamma, t.weighted, t.j, t.k)
+        out: dict[str, float] = {}
+        for t in terms:
+            out[t.part] = out.get(t.part, 0.0) + t.coefficient * self.integral(t.gamma, t.weighted, t.j, t.k)
+        return out
 
 
-@lru_cache(maxsize=4)
-def _integrator(act: Activation, g: tuple[float, ...], bias_std: float, step: float) -> _Integrator:
-    return _Integrator(act, g, bias_std, step=step)
+class MonteCarloAverager:
+    """Monte Carlo over ``n_neurons`` init neurons ``(ŵ, b)`` of the same terms (mean and standard error of the
+    mean of each sum of terms, per neuron; ``E[a²]`` enters through the terms' coefficients, exactly)."""
+
+    def __init__(self, net: Network, n_neurons: int, seed: int, chunk: int = 50_000):
+        self.net, self.n, self.seed, self.chunk = net, int(n_neurons), int(seed), int(chunk)
+
+    def values(self, groups: Sequence[Sequence[Term]]) -> tuple[np.ndarray, np.ndarray]:
+        """For each group of terms: the Monte Carlo mean of ``Σ coefficient · ŵ^{2γ} (P) m_j m_k`` and its standard
+        error."""
+        g, act = self.net.g, self.net.activation
+        rng = np.random.default_rng(self.seed)
+        sums, sq = np.zeros(len(groups)), np.zeros(len(groups))
+        orders = sorted({o for grp in groups for t in grp for o in (t.j, t.k)})
+        done = 0
+        while done < self.n:
+            n = min(self.chunk, self.n - done)
+            w = rng.standard_normal((n, g.size)) * np.sqrt(g)
+            b = rng.standard_normal(n) * self.net.bias_std
+            s = np.sqrt(np.sum(w * w, axis=1))
+            pw = np.sum(g * w * w, axis=1)
+            mk = {o: act.mean_numpy(o)(b, s) for o in orders}
+            for idx, grp in enumerate(groups):
+                val = np.zeros(n)
+                for t in grp:
+                    mono = np.ones(n)
+                    for i, e in t.gamma:
+                        mono = mono * w[:, i] ** (2 * e)
+                    if t.weighted:
+                        mono = mono * pw
+                    val = val + t.coefficient * mono * mk[t.j] * mk[t.k]
+                sums[idx] += val.sum()
+                sq[idx] += (val**2).sum()
+            done += n
+        mean = sums / self.n
+        var = np.maximum(sq / self.n - mean**2, 0) / max(self.n - 1, 1)
+        return mean, np.sqrt(var)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# shared state: one averager per network
+# ----------------------------------------------------------------------------------------------------------------
+_AVERAGERS: "OrderedDict[tuple, QuadratureAverager]" = OrderedDict()
+_AVERAGERS_MAX = 16
+
+
+def quadrature(net: Network) -> QuadratureAverager:
+    """The (shared, bounded-cache) quadrature averager of a network: networks with equal :meth:`Network.key`
+    share their integrals."""
+    key = net.key()
+    avg = _AVERAGERS.get(key)
+    if avg is None:
+        avg = _AVERAGERS[key] = QuadratureAverager(net)
+        while len(_AVERAGERS) > _AVERAGERS_MAX:
+            _AVERAGERS.popitem(last=False)
+    else:
+        _AVERAGERS.move_to_end(key)
+    return avg
+
+
+def clear_caches() -> None:
+    """Forget every shared quadrature state (laws of ``|ŵ|²``, bias rules, mean tables, integrals)."""
+    _AVERAGERS.clear()
+    for f in (_mean_table, q_law, bias_rule, gauss_rule, _level_coefficients):
+        f.cache_clear()
 
 
 def _g_of(spectrum: "Spectrum | Sequence[float] | np.ndarray") -> tuple[float, ...]:
@@ -459,6 +403,11 @@ def _bias_of(bias_std: float) -> float:
     return b
 
 
+def _network(spectrum: "Spectrum | Sequence[float]", activation: "str | Activation", bias_std: float,
+             step: float = STEP) -> Network:
+    return Network.build(activation, _g_of(spectrum), _bias_of(bias_std), step=step)
+
+
 def _modes_of(modes: Iterable["Mode | str"], d: int) -> list[Mode]:
     out = [m if isinstance(m, Mode) else Mode.parse(m) for m in modes]
     for m in out:
@@ -472,6 +421,45 @@ def _estimate_cost_s(n_modes: int) -> float:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# network level: Gram matrices, eigenvalues, closure constants
+# ----------------------------------------------------------------------------------------------------------------
+def network_gram(net: Network, modes: Sequence[Mode], max_cost_s: float = 600.0) -> dict[str, np.ndarray]:
+    """``{"readout", "weights", "bias", "total"}`` of the init Gram matrix of ``net`` on ``modes`` (quadrature)."""
+    cost = _estimate_cost_s(len(modes))
+    if cost > max_cost_s:
+        raise KernelError(f"a Gram matrix on {len(modes)} modes needs ~{len(modes) * (len(modes) + 1) // 2} mode "
+                          f"pairs, estimated {cost:.0f} s (limit {max_cost_s:.0f} s); lower the number of modes "
+                          "(ode.extended_max_modes) or raise max_cost_s")
+    avg, g, ea = quadrature(net), net.g, net.readout_variance
+    n = len(modes)
+    out = {k: np.zeros((n, n)) for k in PARTS}
+    for i in range(n):
+        for j in range(i, n):
+            vals = avg.value(pair_terms(modes[i], modes[j], g, ea))
+            for name in PARTS:
+                out[name][i, j] = out[name][j, i] = vals.get(name, 0.0)
+    out["total"] = out["readout"] + out["weights"] + out["bias"]
+    return out
+
+
+def network_eigenvalues(net: Network, modes: Sequence[Mode]) -> np.ndarray:
+    """Exact ``λ_β(0) = K_{ββ}`` of ``net`` per mode (quadrature)."""
+    avg, g, ea = quadrature(net), net.g, net.readout_variance
+    out = []
+    for m in modes:
+        vals = avg.value(pair_terms(m, m, g, ea))
+        out.append(vals.get("readout", 0.0) + vals.get("weights", 0.0) + vals.get("bias", 0.0))
+    return np.array(out)
+
+
+def network_closure(net: Network, max_level: int) -> np.ndarray:
+    """``c_l`` of ``net`` for ``l = 0 … max_level``."""
+    avg = quadrature(net)
+    return np.array([avg.value([closure_term(l, net.readout_variance)])["closure"]
+                     for l in range(int(max_level) + 1)])
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # public API: exact eigenvalues and Gram matrices
 # ----------------------------------------------------------------------------------------------------------------
 def gram_matrix(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequence[float]",
@@ -482,25 +470,12 @@ def gram_matrix(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequence[fl
 
     Split as ``K = readout + weights + bias`` with ``readout_{αβ} = E_k[A_α A_β]`` (the NNGP part),
     ``weights_{αβ} = E_k[a² Σ_i G_{αi} G_{βi}]`` and ``bias_{αβ} = E_k[a² H_α H_β]`` (module docstring);
-    ``parts=True`` returns ``{"readout", "weights", "bias", "total"}``. Deterministic quadrature (grid ``step``,
-    :class:`_Integrator`); raises :class:`KernelError` when the estimated cost exceeds ``max_cost_s``.
+    ``parts=True`` returns ``{"readout", "weights", "bias", "total"}``. Deterministic quadrature (grid ``step``);
+    raises :class:`KernelError` when the estimated cost exceeds ``max_cost_s``.
     """
     g = _g_of(spectrum)
     ms = _modes_of(modes, len(g))
-    cost = _estimate_cost_s(len(ms))
-    if cost > max_cost_s:
-        raise KernelError(f"a Gram matrix on {len(ms)} modes needs ~{len(ms) * (len(ms) + 1) // 2} mode pairs, "
-                          f"estimated {cost:.0f} s (limit {max_cost_s:.0f} s); lower the number of modes "
-                          "(ode.extended_max_modes) or raise max_cost_s")
-    act = get_activation(activation)
-    integ = _integrator(act, g, _bias_of(bias_std), step)
-    n = len(ms)
-    out = {k: np.zeros((n, n)) for k in ("readout", "weights", "bias")}
-    for i in range(n):
-        for j in range(i, n):
-            for name, v in zip(("readout", "weights", "bias"), integ.pair(ms[i], ms[j])):
-                out[name][i, j] = out[name][j, i] = v
-    out["total"] = out["readout"] + out["weights"] + out["bias"]
+    out = network_gram(_network(g, activation, bias_std, step), ms, max_cost_s)
     return out if parts else out["total"]
 
 
@@ -511,65 +486,42 @@ def exact_eigenvalues(modes: Iterable["Mode | str"], spectrum: "Spectrum | Seque
     """Exact infinite-width ``λ_β(0) = E_{x,x'}[h_β Θ h_β] = E_k[A_β² + a²(Σ_i G_{βi}² + H_β²)]`` per mode.
 
     Returns ``(values, stderr)``. ``method="quadrature"`` (default) is deterministic (stderr 0; grid ``step``);
-    ``method="montecarlo"`` averages the exact per-neuron projections over ``n_neurons`` init neurons and returns
-    the standard error of the mean (``E[a²] = 1`` used exactly).
+    ``method="montecarlo"`` averages the same per-neuron terms (:func:`pair_terms`) over ``n_neurons`` init neurons
+    and returns the standard error of the mean (``E[a²]`` used exactly).
     """
     g = _g_of(spectrum)
     ms = _modes_of(modes, len(g))
-    act = get_activation(activation)
+    net = _network(g, activation, bias_std, step)
     if method == "quadrature":
-        integ = _integrator(act, g, _bias_of(bias_std), step)
-        vals = np.array([sum(integ.pair(m, m)) for m in ms])
-        return vals, np.zeros(len(ms))
+        return network_eigenvalues(net, ms), np.zeros(len(ms))
     if method == "montecarlo":
-        return _montecarlo_eigenvalues(ms, np.asarray(g), act, _bias_of(bias_std), n_neurons, seed)
+        groups = [pair_terms(m, m, net.g, net.readout_variance) for m in ms]
+        return MonteCarloAverager(net, n_neurons, seed).values(groups)
     raise KernelError(f"method must be 'quadrature' or 'montecarlo', got {method!r}")
-
-
-def _montecarlo_eigenvalues(modes: Sequence[Mode], g: np.ndarray, act: Activation, bias_std: float,
-                            n_neurons: int, seed: int, chunk: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
-    """Monte Carlo over init neurons of ``A_β² + Σ_i G_{βi}² + H_β²`` (exact per-neuron projections)."""
-    rng = np.random.default_rng(seed)
-    sums, sq = np.zeros(len(modes)), np.zeros(len(modes))
-    orders = sorted({o for m in modes for o in (m.degree, m.degree + 1, m.degree + 2)})
-    fns = {o: act.mean_numpy(o) for o in orders}
-    done = 0
-    while done < n_neurons:
-        n = min(chunk, n_neurons - done)
-        w = rng.standard_normal((n, g.size)) * np.sqrt(g)
-        b = rng.standard_normal(n) * bias_std
-        s = np.sqrt(np.sum(w * w, axis=1))
-        pw = np.sum(g * w * w, axis=1)
-        mk = {o: fns[o](b, s) for o in orders}
-        for idx, m in enumerate(modes):
-            p, mono = m.degree, np.ones(n)
-            for i, k in m.items:
-                mono = mono * w[:, i] ** k
-            wsq = mono**2 / m.factorial
-            bg = sum(g[i] * k for i, k in m.items)
-            val = wsq * (mk[p] ** 2 + mk[p + 1] ** 2 + pw * mk[p + 2] ** 2 + 2 * bg * mk[p + 2] * mk[p])
-            for i, k in m.items:
-                val = val + g[i] * k * k * (mono / w[:, i]) ** 2 / m.factorial * mk[p] ** 2
-            sums[idx] += val.sum()
-            sq[idx] += (val**2).sum()
-        done += n
-    mean = sums / n_neurons
-    var = np.maximum(sq / n_neurons - mean**2, 0) / max(n_neurons - 1, 1)
-    return mean, np.sqrt(var)
 
 
 def closure_constants(activation: "str | Activation", spectrum: "Spectrum | Sequence[float]", bias_std: float,
                       max_level: int, *, step: float = STEP) -> np.ndarray:
     """``c_l = E_k[a_k² m_l(b_k, |ŵ_k|)²]`` for ``l = 0 … max_level`` (deterministic over ``|ŵ|²`` and ``b``)."""
-    g = _g_of(spectrum)
-    act = get_activation(activation)
-    integ = _integrator(act, g, _bias_of(bias_std), step)
-    return np.array([integ.closure(level) for level in range(int(max_level) + 1)])
+    return network_closure(_network(spectrum, activation, bias_std, step), max_level)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # HEA level coefficients
 # ----------------------------------------------------------------------------------------------------------------
+@lru_cache(maxsize=64)
+def _level_coefficients(act: Activation, bias_std: float, max_level: int, n_b: int) -> np.ndarray:
+    if bias_std == 0:
+        xb, wb = np.zeros(1), np.ones(1)
+    else:
+        x, w = np.polynomial.hermite_e.hermegauss(n_b)
+        xb, wb = bias_std * x, w / math.sqrt(2 * math.pi)
+    sq = [float(wb @ act.mean_numpy(k)(xb, np.ones_like(xb)) ** 2) for k in range(max_level + 2)]
+    out = np.array([(l + 1) * sq[l] + sq[l + 1] for l in range(max_level + 1)])
+    out.setflags(write=False)
+    return out
+
+
 def level_coefficients(activation: "str | Activation", bias_std: float, max_level: int,
                        n_b: int = 96) -> np.ndarray:
     """``Λ_l = (l+1) E_b[m_l(b, 1)²] + E_b[m_{l+1}(b, 1)²]``, ``l = 0 … max_level`` (``b ~ N(0, σ_b²)``).
@@ -577,14 +529,7 @@ def level_coefficients(activation: "str | Activation", bias_std: float, max_leve
     ``Λ_l = l! [ρ^l] Θ(ρ)`` for Θ on the unit sphere as a dot-product kernel in ``ρ = x·x'`` (Mehler's formula;
     see ``derivations/kernel_derivation.py``). Gauss–Hermite in ``b``; exact forms: :func:`level_coefficient_exprs`.
     """
-    act = get_activation(activation)
-    if _bias_of(bias_std) == 0:
-        xb, wb = np.zeros(1), np.ones(1)
-    else:
-        x, w = np.polynomial.hermite_e.hermegauss(n_b)
-        xb, wb = float(bias_std) * x, w / math.sqrt(2 * math.pi)
-    sq = [float(wb @ act.mean_numpy(k)(xb, np.ones_like(xb)) ** 2) for k in range(int(max_level) + 2)]
-    return np.array([(l + 1) * sq[l] + sq[l + 1] for l in range(int(max_level) + 1)])
+    return _level_coefficients(get_activation(activation), _bias_of(bias_std), int(max_level), int(n_b)).copy()
 
 
 def _gaussian_mean_exact(expr: sp.Expr, sigma: sp.Expr) -> sp.Expr | None:
@@ -745,52 +690,89 @@ def extended_basis(target_modes: Iterable["Mode | str"], dim: int, degree: int, 
 # ----------------------------------------------------------------------------------------------------------------
 # config level
 # ----------------------------------------------------------------------------------------------------------------
-def kernel_theory(cfg: Any, basis: str | None = None, with_gram: bool = False) -> KernelTheory:
+def kernel_theory(cfg: Any, basis: str | None = None, with_gram: bool = False, *, network: Network | None = None,
+                  target: Any = None) -> KernelTheory:
     """All init kernel quantities of a :class:`~featureode.config.Config` for the feature ODE.
 
     ``basis``: ``"target"`` (the target's modes) or ``"extended"`` (:func:`extended_basis` with
     ``ode.extended_degree``/``ode.extended_max_modes``; the Gram matrix is always included then); ``None`` takes
-    ``cfg.ode.basis``. ``target`` holds ``v_β`` on the chosen modes.
+    ``cfg.ode.basis``. ``target`` holds ``v_β`` on the chosen modes. ``network`` (a :class:`Network` of ``cfg``,
+    e.g. from :meth:`Network.from_config`) and ``target`` (``cfg.target_obj()``) skip rebuilding them.
     """
     basis = basis or cfg.ode.basis
     if basis not in ("target", "extended"):
         raise KernelError(f"basis must be 'target' or 'extended', got {basis!r}")
-    spectrum = cfg.spectrum()
-    target = cfg.target_obj(spectrum)
-    act = get_activation(cfg.network.activation)
-    bias = float(cfg.network.bias_std)
+    if network is None or target is None:
+        spectrum = network.spectrum if network is not None and network.spectrum is not None else cfg.spectrum()
+        network = network or Network.from_config(cfg, spectrum)
+        target = target if target is not None else cfg.target_obj(spectrum)
+    return _theory(network, target, float(cfg.network.richness), basis, with_gram, cfg.ode.extended_degree,
+                   cfg.ode.extended_max_modes)
+
+
+def _theory(net: Network, target: Any, gamma: float, basis: str, with_gram: bool, extended_degree: int,
+            extended_max_modes: int) -> KernelTheory:
+    g = net.g
     if basis == "extended":
-        modes = extended_basis(target.modes, spectrum.dim, cfg.ode.extended_degree, cfg.ode.extended_max_modes,
-                               g=spectrum.g)
+        modes = extended_basis(target.modes, net.dim, extended_degree, extended_max_modes, g=g)
     else:
         modes = list(target.modes)
+    for m in modes:
+        m.check_dim(net.dim)
     coeffs = target.as_dict()
     v = np.array([coeffs.get(m, 0.0) for m in modes])
     top = max(1, max((m.degree for m in modes), default=0))
-    lam = level_coefficients(act, bias, top)
+    lam = level_coefficients(net.activation, net.bias_std, top)
     gram = parts = None
     if with_gram or basis == "extended":
-        parts = gram_matrix(modes, spectrum, act, bias, parts=True)
+        parts = network_gram(net, modes)
         gram = parts["total"]
         exact, stderr = np.diag(gram).copy(), np.zeros(len(modes))
     else:
-        exact, stderr = exact_eigenvalues(modes, spectrum, act, bias)
-    c = closure_constants(act, spectrum, bias, top)
+        exact, stderr = network_eigenvalues(net, modes), np.zeros(len(modes))
+    c = network_closure(net, top)
     # λ_β(0) is of order g^β c_{|β|} (HEA); "zero" is judged against g^β max_l c_l, a scale free of the mode's level
     dead = [str(m) for m, val, e in zip(modes, v, exact)
-            if val != 0 and abs(e) <= 1e-10 * math.prod(spectrum.g[i] ** n for i, n in m.items) * float(np.max(c))]
+            if val != 0 and abs(e) <= 1e-10 * math.prod(g[i] ** n for i, n in m.items) * float(np.max(c))]
     if dead:
+        act = net.activation
         warnings.warn(f"target mode(s) {', '.join(dead)} have init NTK eigenvalue λ_β(0) = 0 with activation "
-                      f"{act.name!r} (σ_b = {bias:g}): the kernel has no component along them, and the built-in "
-                      "feature-ODE variants scale λ_β(0), so their coefficients stay at 0. Choose an activation whose "
-                      "Hermite coefficients of those degrees do not vanish (e.g. relu), or a target without those "
-                      "modes.",
-                      KernelWarning, stacklevel=2)
+                      f"{act.name!r} (σ_b = {net.bias_std:g}): the kernel has no component along them, and the "
+                      "built-in feature-ODE variants scale λ_β(0), so their coefficients stay at 0. Choose an "
+                      "activation whose Hermite coefficients of those degrees do not vanish (e.g. relu), or a "
+                      "target without those modes.",
+                      KernelWarning, stacklevel=3)
     return KernelTheory(
-        modes=tuple(modes), target=v, g=spectrum.g.copy(), gamma=float(cfg.network.richness),
-        lambda_exact=exact, lambda_exact_stderr=stderr, lambda_hea=hea_eigenvalues(modes, spectrum, lam),
+        modes=tuple(modes), target=v, g=g.copy(), gamma=gamma,
+        lambda_exact=exact, lambda_exact_stderr=stderr, lambda_hea=hea_eigenvalues(modes, g, lam),
         level_coefficients=lam, c=c, gram=gram, gram_parts=parts,
-        activation=act.name, bias_std=bias)
+        activation=net.activation.name, bias_std=net.bias_std, network=net)
+
+
+def kernel_theory_batch(cfgs: Sequence[Any], basis: str | None = None,
+                        with_gram: bool = False) -> list[KernelTheory]:
+    """:func:`kernel_theory` of many configs at once, each shared piece computed once: the spectrum per ``[data]``
+    table, the target per ``([data], [target])``, the network (law of ``|ŵ|²``, bias rule, means and every
+    integral) per ``([data], activation, σ_b, parametrization)``. γ enters no init quantity, so configs that
+    differ only in γ (or in training keys) cost one lookup each. Results equal :func:`kernel_theory` exactly."""
+    spectra: dict[str, Spectrum] = {}
+    targets: dict[tuple[str, str], Any] = {}
+    nets: dict[tuple, Network] = {}
+    out = []
+    for cfg in cfgs:
+        dkey = cfg.digest(("data",))
+        if dkey not in spectra:
+            spectra[dkey] = cfg.spectrum()
+        spectrum = spectra[dkey]
+        tkey = (dkey, cfg.digest(("target",)))
+        if tkey not in targets:
+            targets[tkey] = cfg.target_obj(spectrum)
+        n = cfg.network
+        nkey = (dkey, str(n.activation), float(n.bias_std), n.parametrization)
+        if nkey not in nets:
+            nets[nkey] = Network.from_config(cfg, spectrum)
+        out.append(kernel_theory(cfg, basis, with_gram, network=nets[nkey], target=targets[tkey]))
+    return out
 
 
 def kernel_report(cfg: Any) -> dict[str, Any]:
@@ -802,8 +784,9 @@ def kernel_report(cfg: Any) -> dict[str, Any]:
     """
     t0 = time.perf_counter()
     kt = kernel_theory(cfg, basis="target")
-    spectrum = cfg.spectrum()
-    finer, _ = exact_eigenvalues(kt.modes, spectrum, cfg.network.activation, kt.bias_std, step=STEP / 2)
+    net = kt.network
+    finer = network_eigenvalues(Network(net.activation, net.g_key, net.bias_std, net.parametrization, STEP / 2),
+                                list(kt.modes))
     return {
         "modes": [str(m) for m in kt.modes],
         "exact": kt.lambda_exact.tolist(),
@@ -817,7 +800,7 @@ def kernel_report(cfg: Any) -> dict[str, Any]:
         "kappa": kt.kappa,
         "activation": kt.activation,
         "bias_std": kt.bias_std,
-        "dim": spectrum.dim,
+        "dim": net.dim,
         "seconds": time.perf_counter() - t0,
     }
 

@@ -21,7 +21,7 @@ from .variants import Variant, closure_names, get_closure, variants_from_config
 
 _INDEXED = {"f": "f_{%s}", "D": "D_{%s}", "v": "v_{%s}", "lam0": r"\lambda_{%s}(0)", "lam": r"\lambda_{%s}",
             "rho": r"\rho_{%s}", "gpow": "g^{%s}", "c": "c_{|%s|}", "g": "g_{%s}", "r": "r_{%s}",
-            "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}"}
+            "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}", "S": r"S_{%s%s}", "Sd": r"\bar S_{%s}"}
 _LHS = {"r": "r_i", "s": "s", "rho": r"\rho_\beta", "lam": r"\lambda_\beta(t)",
         "dfdt": r"\frac{d f_\beta}{dt}", "dDdt": r"\frac{d D_\beta}{dt}"}
 
@@ -60,7 +60,7 @@ class _Printer(LatexPrinter):
         idx = [self._print(k) for k in expr.indices]
         if template is None:
             return f"{self._print(expr.base.label)}_{{{','.join(idx)}}}"
-        if str(expr.base) == "K":
+        if str(expr.base) in ("K", "S"):
             return template % (idx[0], idx[1])
         return template % tuple(idx) if template.count("%s") == len(idx) else template % idx[0]
 
@@ -157,9 +157,32 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
         facts.append("removed terms: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in system.removed))
     if system.replaced:
         facts.append("replaced terms: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in system.replaced))
+    uses = set().union(*(a.expr.free_symbols | {x.base for x in a.expr.atoms(sp.Indexed)}
+                         for a in system.assignments))
+    if ode.q in uses:
+        from .parametrization import get_parametrization
+        name = getattr(theory, "parametrization", None) or "meanfield"
+        q = get_parametrization(name).closure_prefactor(float(theory.gamma))
+        facts.append(rf"$q = {_num(q)}$ (closure prefactor of the {tex_text(name)} parametrization)")
     facts += [rf"${expr_latex(sp.Symbol(k))} = {_num(val)}$" for k, val in variant.param_values.items()]
-    return (rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
-            + system_latex(system))
+    out = (rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
+           + system_latex(system))
+    if ode.S in uses:
+        out += "\n" + _second_order_table(theory)
+    return out
+
+
+def _second_order_table(theory: Any) -> str:
+    """``S_{βα}`` (columns: the target's modes, which drive) with their Monte Carlo standard errors."""
+    from .second_order import second_order_constants
+
+    drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
+    so = second_order_constants(theory.modes, theory.g, theory.activation, theory.bias_std, drivers=drivers)
+    head = [r"$\beta$"] + [rf"$S_{{\beta,{mode_latex(theory.modes[k])}}}$" for k in drivers]
+    rows = [[f"${mode_latex(m)}$"] + [rf"${_num(so.S[r, k])} \pm {_num(so.S_stderr[r, k], 2)}$" for k in drivers]
+            for r, m in enumerate(theory.modes)]
+    return (rf"Second-order constants (Monte Carlo over ${so.n_neurons}$ init neurons):" + "\n\n"
+            + _table(head, rows) + "\n")
 
 
 #: the spectrum table lists every g_i up to this d, else the first and the last ones
@@ -230,7 +253,7 @@ def derive_document(cfg: Any, theory: Any = None) -> str:
     if theory is None:
         from . import kernel
         theory = kernel.kernel_theory(cfg, with_gram=o.basis == "extended")
-    variants = variants_from_config(o)
+    variants = variants_from_config(o, allow_replay=True)  # replay is measured, not an ODE: not typeset
     n = cfg.network
     setup = (rf"Target \texttt{{{tex_text(cfg.target.expr)}}} in $d = {cfg.data.dim}$ dimensions, "
              rf"{_spectrum_text(cfg)}; activation \texttt{{{tex_text(n.activation)}}}, "

@@ -11,14 +11,17 @@ variant fills with a body, removes (the term's neutral value) or replaces (a use
     df_β/dt    = <kernel_flow>_β [+ <mode_coupling>_β]  kernel_flow = λ_β (v_β − f_β)
     dD_β/dt    = <residual_integral>_β                  residual_integral = v_β − f_β
 
-Built-in closure terms (``r_i``): ``agop_growth`` ``1 + κ Σ_β β_i f_β² / g_i``; ``displacement_growth``
-``1 + γ² Σ_β β_i c_{|β|} g^β D_β²``. See :data:`SCALE` for the scale factor and :data:`MODE_COUPLING` for the
-extended basis.
+Built-in closure terms. Direction laws (``r_i``): ``agop_growth`` ``1 + κ Σ_β β_i f_β² / g_i``;
+``displacement_growth`` ``1 + q Σ_β β_i c_{|β|} g^β D_β²``. Eigenvalue laws (``ρ_β`` in place of
+``eigen_growth``, ``r_i = 1``): ``second_order_growth`` and ``resummed_growth`` (:data:`SECOND_ORDER_GROWTH`).
+``q`` is the closure prefactor of the parametrization (``featureode.parametrization``; ``q = γ²`` for meanfield).
+See :data:`SCALE` for the scale factor and :data:`MODE_COUPLING` for the extended basis.
 
 Symbols (also the names a user expression may use, :data:`NAMESPACE`): indices ``b``/``beta`` and ``a``/``alpha``
 (modes), ``i`` (directions); states ``f[b]``, ``D[b]``; inputs ``v[b]`` (target), ``lam0[b]`` (λ_β(0)), ``B[b,i]``
 (``β_i``), ``g[i]``, ``gpow[b]`` (``g^β``), ``c[b]`` (``c_{|β|}``), ``K[a,b]`` (off-diagonal Gram ``K_{αβ}(0)``,
-extended basis), ``gamma``, ``kappa``; intermediates ``r[i]``, ``s``, ``rho[b]``, ``lam[b]``.
+extended basis), ``S[b,a]`` (second-order growth constants ``S_{βα}``), ``Sd[a]`` (``max(S_{αα}, 1e-30)``),
+``gamma``, ``kappa``, ``q``; intermediates ``r[i]``, ``s``, ``rho[b]``, ``lam[b]``.
 """
 from __future__ import annotations
 
@@ -47,15 +50,15 @@ i = sp.Symbol("i", integer=True)
 j = sp.Symbol("j", integer=True)      # Jacobian column (a mode index); not available to user expressions
 
 f, D = sp.IndexedBase("f"), sp.IndexedBase("D")
-v, lam0, B, g, gpow, c, K = (sp.IndexedBase(n) for n in ("v", "lam0", "B", "g", "gpow", "c", "K"))
-gamma, kappa = sp.Symbol("gamma"), sp.Symbol("kappa")
+v, lam0, B, g, gpow, c, K, S, Sd = (sp.IndexedBase(n) for n in ("v", "lam0", "B", "g", "gpow", "c", "K", "S", "Sd"))
+gamma, kappa, q = sp.Symbol("gamma"), sp.Symbol("kappa"), sp.Symbol("q")
 r, rho, lam = sp.IndexedBase("r"), sp.IndexedBase("rho"), sp.IndexedBase("lam")
 s = sp.Symbol("s")
 dfdt, dDdt = sp.IndexedBase("dfdt"), sp.IndexedBase("dDdt")
 
 STATES = (f, D)
 #: Inputs of every compiled system, in argument order (user parameters follow, sorted by name).
-INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "gamma", "kappa")
+INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "gamma", "kappa", "q")
 INTERMEDIATES = {"r": r, "s": s, "rho": rho, "lam": lam}
 
 
@@ -82,8 +85,8 @@ def direction_product(expr: sp.Expr, idx: sp.Symbol = i) -> sp.Product:
 #: Names a user expression may use, mapped to the objects above (plus the sum/product helpers).
 NAMESPACE: dict[str, object] = {
     "b": beta, "beta": beta, "a": alpha, "alpha": alpha, "i": i, "M": M, "d": d,
-    "f": f, "D": D, "v": v, "lam0": lam0, "B": B, "g": g, "gpow": gpow, "c": c, "K": K,
-    "gamma": gamma, "kappa": kappa, "r": r, "s": s, "rho": rho, "lam": lam,
+    "f": f, "D": D, "v": v, "lam0": lam0, "B": B, "g": g, "gpow": gpow, "c": c, "K": K, "S": S, "Sd": Sd,
+    "gamma": gamma, "kappa": kappa, "q": q, "r": r, "s": s, "rho": rho, "lam": lam,
     "sum_b": mode_sum, "sum_a": lambda e: mode_sum(e, alpha), "sum_i": direction_sum, "prod_i": direction_product,
 }
 
@@ -118,9 +121,10 @@ RESIDUAL_INTEGRAL = Term("residual_integral", v[beta] - f[beta], (beta,), sp.Int
                          "integrated residual: D accumulates the residual of each mode")
 EIGEN_GROWTH = Term("eigen_growth", direction_product(r[i] ** B[beta, i]), (beta,), sp.Integer(1),
                     "eigenvalue growth: each eigenvalue follows the variance growth of the directions of its mode")
-SCALE = Term("scale", 1 + gamma**2 * mode_sum(c[beta] * gpow[beta] * D[beta] ** 2), (), sp.Integer(1),
+SCALE = Term("scale", 1 + q * mode_sum(c[beta] * gpow[beta] * D[beta] ** 2), (), sp.Integer(1),
              "scale factor: predicted growth of the second-layer second moment, multiplying every eigenvalue")
-"""``s = 1 + γ² Σ_β c_{|β|} g^β D_β²``, the predicted growth of the second-layer second moment ``⟨a²⟩``.
+"""``s = 1 + q Σ_β c_{|β|} g^β D_β²`` (``q = γ²`` in the meanfield parametrization), the predicted growth of the
+second-layer second moment ``⟨a²⟩``.
 
 Derivation. The readout weights follow ``da_k/dt = γ E_x[(y − f) σ(u_k)]``. With ``y − f = Σ_β (v_β − f_β) h_β`` and
 Gaussian integration by parts (DESIGN §2) ``E_x[h_β σ(u_k)] = ŵ_k^β m_{|β|}(b_k, |ŵ_k|)/sqrt(β!)``; to first order
@@ -149,9 +153,38 @@ and the off-diagonal part (``K`` = Gram with zero diagonal) is this term, so abl
 AGOP_GROWTH = Term("agop_growth", 1 + kappa * mode_sum(B[beta, i] * f[beta] ** 2 / g[i]), (i,), sp.Integer(1),
                    "AGOP closure: features follow the gradient outer product of the learned function")
 DISPLACEMENT_GROWTH = Term("displacement_growth",
-                           1 + gamma**2 * mode_sum(B[beta, i] * c[beta] * gpow[beta] * D[beta] ** 2), (i,),
+                           1 + q * mode_sum(B[beta, i] * c[beta] * gpow[beta] * D[beta] ** 2), (i,),
                            sp.Integer(1),
                            "displacement closure: first-order weight displacement driven by integrated residuals")
+
+SECOND_ORDER_GROWTH = Term("second_order_growth", 1 + q * mode_sum(S[beta, alpha] * D[alpha] ** 2, alpha), (beta,),
+                           sp.Integer(1),
+                           "second-order closure: each eigenvalue to second order in the weight displacement, "
+                           "readout, first-layer and bias parts and their cross terms averaged jointly over init")
+"""``ρ_β = 1 + q Σ_α S_{βα} D_α²`` (an eigenvalue law: it takes the place of ``eigen_growth``; ``r_i = 1``).
+
+``S_{βα}`` is the second-order growth of ``λ_β`` when mode α has accumulated the integrated residual ``D_α``
+(:mod:`featureode.second_order`, ``derivations/closure_second_order.py``): the per-neuron flow ``dθ/dD_α = γ P∇φ_α``
+expanded to second order in ``γ D_α`` — the readout growth of the neurons that carry α, their first-layer and bias
+displacement, and the feedback of one on the other — averaged jointly over the init law. For a linear activation it
+gives ``S_{αα} = 2 g_α`` where first-order ``displacement`` has ``c_1 g_α = g_α``: the readout growth and the
+readout–weight feedback are of the same order as the first-order displacement.
+"""
+RESUMMED_GROWTH = Term("resummed_growth",
+                       1 + mode_sum(S[beta, alpha] * 2 * sp.sinh(sp.sqrt(q * Sd[alpha] / 2) * D[alpha]) ** 2
+                                    / Sd[alpha], alpha),
+                       (beta,), sp.Integer(1),
+                       "resummed second-order closure: the second-order growth resummed along the hyperbolic "
+                       "per-neuron flow of each driving mode")
+"""``ρ_β = 1 + Σ_α S_{βα} (cosh(sqrt(2 q S_{αα}) D_α) − 1)/S_{αα}`` (written with ``cosh x − 1 = 2 sinh²(x/2)``;
+``Sd_α = max(S_{αα}, 10⁻³⁰)``, so a column with ``S_{αα} ≤ 0`` falls back to the second-order law).
+
+Resummation. Driven by a degree-1 mode the per-neuron flow is a hyperbolic rotation of ``(a, ŵ_α/sqrt(g_α))`` with
+rapidity ``γ sqrt(g_α) m_1 D_α``, so every second moment grows like ``cosh(2 γ sqrt(g_α) m_1 D_α)``; the resummed law
+has the rapidity fixed by the driving mode's own second-order coefficient ``S_{αα}`` and agrees with
+``second_order_growth`` to order ``D²``. It is exact for a linear activation (any mode driven alone; also the
+growth of the other modes' eigenvalues through ``⟨a²⟩``).
+"""
 
 #: Terms present in every system (the closure term and mode_coupling depend on the variant and basis).
 CORE_TERMS = (KERNEL_FLOW, RESIDUAL_INTEGRAL, EIGEN_GROWTH, SCALE, MODE_COUPLING)
@@ -303,10 +336,17 @@ def _check_references(a: Assignment, defined: set, terms: Iterable[Term]) -> Non
                            f"{', '.join(sorted(str(x) for x in defined)) or 'only states and inputs'}")
 
 
+def is_eigen_law(closure: Term) -> bool:
+    """A closure term indexed by a mode (``(β,)``) is an eigenvalue law: it gives ``ρ_β`` in place of
+    ``eigen_growth`` (and ``r_i = 1``); one indexed by a direction (``(i,)``) gives ``r_i``."""
+    return closure.index == (beta,)
+
+
 def build_system(closure: Term | None, *, scale: bool = False, basis: str = "target",
                  removed: Iterable[str] = (), replaced: Mapping[str, sp.Expr] | None = None,
                  params: Iterable[str] = ()) -> System:
-    """Assemble and resolve the system for one closure term (``None``: lazy, ``r_i = 1``).
+    """Assemble and resolve the system for one closure term (``None``: lazy, ``r_i = 1``; a direction law gives
+    ``r_i``, an eigenvalue law (:func:`is_eigen_law`) gives ``ρ_β`` in place of ``eigen_growth``).
 
     ``removed``: term names replaced by their neutral value; ``replaced``: ``{term name: new body}`` (free indices
     must be among the term's). Both must name terms active in this system (callers validate and report).
@@ -315,14 +355,17 @@ def build_system(closure: Term | None, *, scale: bool = False, basis: str = "tar
         raise AssemblyError(f"basis must be 'target' or 'extended', got {basis!r}")
     replaced = dict(replaced or {})
     removed = tuple(removed)
-    active = [t for t in (closure, SCALE if scale else None, EIGEN_GROWTH, KERNEL_FLOW,
+    eigen = None if closure is not None and is_eigen_law(closure) else EIGEN_GROWTH
+    active = [t for t in (closure, SCALE if scale else None, eigen, KERNEL_FLOW,
                           MODE_COUPLING if basis == "extended" else None, RESIDUAL_INTEGRAL) if t is not None]
     terms = tuple(t.with_body(replaced[t.name]) if t.name in replaced else t for t in active)
     ph = {t.name: t.placeholder for t in terms}
     flow = ph["kernel_flow"] + (ph["mode_coupling"] if basis == "extended" else 0)
-    templates = [("r", r, (i,), ph[closure.name] if closure else sp.Integer(1)),
+    direction_law = closure is not None and not is_eigen_law(closure)
+    growth = ph[closure.name] if closure is not None and not direction_law else ph["eigen_growth"]
+    templates = [("r", r, (i,), ph[closure.name] if direction_law else sp.Integer(1)),
                  ("s", s, (), ph["scale"] if scale else sp.Integer(1)),
-                 ("rho", rho, (beta,), ph["eigen_growth"] * s),
+                 ("rho", rho, (beta,), growth * s),
                  ("lam", lam, (beta,), lam0[beta] * rho[beta]),
                  ("dfdt", dfdt, (beta,), flow),
                  ("dDdt", dDdt, (beta,), ph["residual_integral"])]

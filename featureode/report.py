@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -34,6 +33,10 @@ MODE_STYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (
 MLP_COLOUR = "black"
 MLP_IN_SUPPORT_COLOUR = "0.55"
 LEVELS = {"t50": 0.5, "t10": 0.1}
+
+
+class ReportError(ValueError):
+    """A report request that cannot be met (an unknown figure variant); the message names the valid choices."""
 
 
 @dataclass(frozen=True)
@@ -160,15 +163,6 @@ class Report:
         self.figure(variant).savefig(buf, format="png", dpi=110)
         write_bytes(out / "report.png", buf.getvalue())
 
-    # --- read access to the report.json content, for the validation-suites section of compare.py, which was written
-    # --- against the dict; removed at merge (suites then read Report or report.json)
-    @cached_property
-    def _json_view(self) -> dict[str, Any]:
-        return self.to_json()
-
-    def __getitem__(self, key: str) -> Any:
-        return self._json_view[key]
-
 
 def build_report(cfg: Config, ode: ODEResult, mlp: Trajectory, wall_s: float | None = None) -> Report:
     """The :class:`Report` of the ODE variants ``ode`` against the simulation ``mlp`` of ``cfg``."""
@@ -238,14 +232,14 @@ def variant_colours(names: Sequence[str]) -> dict[str, Any]:
 
 def figure_variants(names: Sequence[str], variant: "str | Sequence[str] | None") -> list[str]:
     """The variants drawn in the mode and eigenvalue panels, out of ``names``: ``variant`` (a name or several), by
-    default ``displacement`` if present, else the first. An unknown name is a ``ValueError`` listing the valid ones."""
+    default ``displacement`` if present, else the first. An unknown name is a :class:`ReportError` listing the valid ones."""
     names = list(names)
     if variant is None:
         return ["displacement"] if "displacement" in names else names[:1]
     chosen = [variant] if isinstance(variant, str) else list(variant)
     unknown = [v for v in chosen if v not in names]
     if unknown:
-        raise ValueError(f"figure variant {', '.join(map(repr, unknown))} is not a variant of this config; choose "
+        raise ReportError(f"figure variant {', '.join(map(repr, unknown))} is not a variant of this config; choose "
                          f"from {', '.join(names)}")
     return chosen
 
@@ -338,10 +332,11 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None) 
             for name in shown_variants:
                 tr = report.ode.variants[name]
                 y_ode = tr.get(key)
-                if y_ode is None or len(tr.t) < 2:
+                own = list(tr.modes) or ode_modes  # a replay lives on the network's measured modes
+                if y_ode is None or len(tr.t) < 2 or mode not in own:
                     continue
                 keep = _positive(tr.t)
-                ax.plot(tr.t[keep], np.asarray(y_ode, float)[keep, ode_modes.index(mode)], ls=style[mode],
+                ax.plot(tr.t[keep], np.asarray(y_ode, float)[keep, own.index(mode)], ls=style[mode],
                         color=colours[name], lw=1.6)
         ax.set(xscale="log", xlabel="t", ylabel=ylabel, title=f"{title}; ODE: {', '.join(shown_variants)}")
         if key == "lambda":

@@ -1,7 +1,8 @@
 """Variants and ablation as data (DESIGN §4): a variant is a closure + options + removed/replaced terms.
 
 - Closures are named entries of a registry (:func:`closure_names`): ``lazy`` (``r_i = 1``), ``agop``,
-  ``displacement``; :func:`register_closure` adds one from a SymPy expression (or a string) for ``r_i``.
+  ``displacement`` (direction laws for ``r_i``), ``second_order`` and ``resummed`` (eigenvalue laws for ``ρ_β``);
+  :func:`register_closure` adds one from a SymPy expression (or a string) for ``r_i``.
 - Terms are named (:func:`term_names`); ``Variant(..., ablate=[name])`` removes a term (its neutral value takes its
   place) and ``Variant(..., replace={name: expr})`` swaps its body — e.g. a new eigenvalue law
   ``replace={"eigen_growth": "prod_i(r[i]**(2*B[b,i]))"}``.
@@ -46,7 +47,11 @@ _CLOSURES: dict[str, Closure] = {
     "lazy": Closure("lazy", None, doc="r_i = 1: the pure kernel regime"),
     "agop": Closure("agop", ode.AGOP_GROWTH, doc=ode.AGOP_GROWTH.doc),
     "displacement": Closure("displacement", ode.DISPLACEMENT_GROWTH, doc=ode.DISPLACEMENT_GROWTH.doc),
+    "second_order": Closure("second_order", ode.SECOND_ORDER_GROWTH, doc=ode.SECOND_ORDER_GROWTH.doc),
+    "resummed": Closure("resummed", ode.RESUMMED_GROWTH, doc=ode.RESUMMED_GROWTH.doc),
 }
+#: Closures whose constants come from the per-neuron second-order expansion (input ``S``, ``Sd``).
+SECOND_ORDER_CLOSURES = ("second_order", "resummed")
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _RESERVED = {"y", "j", "numpy", "math", "numba", "out"}   # names used by the generated code
 
@@ -209,7 +214,8 @@ class Variant:
         closure = self.closure_obj.term
         out = [closure.name] if closure is not None else []
         out += ["scale"] if self.scale else []
-        out += ["eigen_growth", "kernel_flow"] + (["mode_coupling"] if basis == "extended" else [])
+        out += [] if closure is not None and ode.is_eigen_law(closure) else ["eigen_growth"]
+        out += ["kernel_flow"] + (["mode_coupling"] if basis == "extended" else [])
         return out + ["residual_integral"]
 
     def system(self, basis: str = "target") -> ode.System:
@@ -252,11 +258,24 @@ def _variant_from_table(name: str, table: Mapping[str, Any], kappa: float | None
                    name=name)
 
 
-def variants_from_config(cfg: Any) -> list[Variant]:
-    """The variants of an ``[ode]`` config table (:class:`featureode.config.ODEConfig`), in the listed order."""
+#: The variant name of :func:`featureode.replay.replay` (driven by measurements; not an ODE closure).
+REPLAY = "replay"
+
+
+def variants_from_config(cfg: Any, allow_replay: bool = False) -> list[Variant]:
+    """The variants of an ``[ode]`` config table (:class:`featureode.config.ODEConfig`), in the listed order.
+
+    ``replay`` (:data:`REPLAY`) is not an ODE variant: it needs a simulation. With ``allow_replay`` (a caller that
+    has one, e.g. compare, and adds :func:`featureode.replay.replay_run`) it is skipped; otherwise it is an error."""
     custom = dict(cfg.custom or {})
     out = []
     for name in cfg.variants:
+        if name == REPLAY and name not in custom:
+            if allow_replay:
+                continue
+            raise VariantError("[ode] variants: 'replay' drives the kernel flow with the measured λ_β(t) of a "
+                               "simulation, so only compare can compute it (featureode.replay.replay_run on the "
+                               "run folder); remove it from the variants of solve/derive")
         if name in custom:
             if not isinstance(custom[name], Mapping):
                 raise VariantError(f"[ode.custom.{name}] must be a table")

@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 import sympy as sp
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mpmath.calculus.quadrature import GaussLegendre
 
 from featureode.activations import ACTIVATIONS, ActivationError, B, S, from_expression, get_activation
@@ -377,3 +379,126 @@ def test_math_consistency_of_scale_convention() -> None:
     quad = ACTIVATIONS["quadratic"]  # (s ξ + b)² = b² + s² + 2bs h_1 + sqrt2 s² h_2
     assert [quad.hermite(n, 0.25, 1.5).value for n in range(4)] == pytest.approx(
         [0.0625 + 2.25, 0.75, math.sqrt(2) * 2.25, 0.0], abs=1e-15)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# activations whose Gaussian means do not exist (issue 11)
+# ------------------------------------------------------------------------------------------------------------------
+REFUSED = [("1/u", "singularity at u = 0"), ("1/(u-1)", "singularity at u = 1"), ("tan(u)", "singularity at u = "),
+           ("log(u)", "not real"), ("sqrt(u)", "not real"), ("u**-2", "singularity at u = 0"),
+           ("exp(u**2)", "grows like exp"), ("exp(u**3)", "grows like exp"), ("exp(u**2/100)", "grows like exp"),
+           ("exp(-u**2)/u", "singularity at u = 0"), ("log(u**2)", "singularity at u = 0")]
+
+
+@pytest.mark.parametrize("text, why", REFUSED)
+def test_activation_without_gaussian_means_is_refused(text: str, why: str) -> None:
+    with pytest.raises(ActivationError, match=re.escape(why)) as info:
+        get_activation(text)
+    msg = str(info.value)
+    assert "\n" not in msg and "do not exist" in msg
+
+
+def test_refusal_reaches_config_and_every_command(capsys) -> None:
+    """The config loader (every command reads the activation through it) and ``featureode hermite`` give one
+    line, not a traceback or a number."""
+    from featureode.cli import main
+    from featureode.config import ConfigError, config_from_dict
+
+    with pytest.raises(ConfigError, match=r"\[network\] activation: .*singularity at u = 0"):
+        config_from_dict({"network": {"activation": "1/u"}, "target": {"expr": "z0"}})
+    assert main(["hermite", "log(u)", "--max-degree", "3"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("featureode: error: activation 'log(u)'")
+
+
+@pytest.mark.parametrize("text", ["sin(u)/u", "atan(1/u)", "floor(u)", "exp(u)*sin(u)", "u**10", "cosh(u)",
+                                  "exp(Abs(u)**(3/2))", "sqrt(1 + u**2)", "exp(-1/u**2)"])
+def test_activations_with_gaussian_means_are_accepted(text: str) -> None:
+    """Removable singularities, bounded jumps, exponential and sub-Gaussian growth: the means exist."""
+    assert get_activation(text).expr.has(sp.Symbol("u", real=True))
+
+
+# random expressions: a finite, real, sub-Gaussian part, optionally with one term that breaks existence
+_ATOMS = st.sampled_from(["u", "tanh(u)", "erf(u)", "sin(u)", "atan(u)", "exp(-u**2)", "Abs(u)", "u**3",
+                          "log(1 + exp(u))", "1/(1 + u**2)", "cosh(u/3)"])
+_VALID = st.recursive(_ATOMS, lambda inner: st.one_of(
+    st.tuples(inner, inner).map(lambda t: f"({t[0]}) + ({t[1]})"),
+    st.tuples(inner, inner).map(lambda t: f"({t[0]}) * ({t[1]})"),
+    st.tuples(st.integers(-3, 3).filter(bool), inner).map(lambda t: f"{t[0]} * ({t[1]})")), max_leaves=3)
+_BREAKER = st.tuples(st.sampled_from(["1/(u - {c})", "log(u - {c})", "sqrt(u - {c})", "exp({k}*u**2)",
+                                      "(u - {c})**(-2)", "exp(u**3)"]),
+                     st.sampled_from(["0", "1", "-2", "1/2"]), st.sampled_from(["1", "1/5", "3"]))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_VALID)
+def test_random_valid_expressions_are_accepted_and_finite(text: str) -> None:
+    act = get_activation(text)
+    for k in range(3):
+        vals = act.mean_numpy(k)(np.array([-0.5, 0.0, 0.7]), np.array([0.3, 1.0, 2.5]))
+        assert np.all(np.isfinite(vals)), (text, k, vals)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_VALID, _BREAKER)
+def test_random_invalid_expressions_are_refused(text: str, breaker: tuple) -> None:
+    form, c, k = breaker
+    bad = f"({text}) + " + form.format(c=c, k=k)
+    with pytest.raises(ActivationError, match="do not exist"):
+        get_activation(bad)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# high degree: the Taylor recurrences of mean_series
+# ------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [50, 101, 200])
+def test_relu_high_degree_against_design_closed_form(n: int) -> None:
+    """DESIGN §2: ReLU (b = 0, s = 1) E[σ He_n] = 0 for odd n ≥ 3 and (−1)^{n/2−1}(n−3)!!/sqrt(2π) for even n,
+    exactly (SymPy equality of the exact coefficient)."""
+    mu = ACTIVATIONS["relu"].hermite(n)
+    want = 0 if n % 2 else (-1) ** (n // 2 - 1) * sp.factorial2(n - 3) / sp.sqrt(2 * sp.pi) / sp.sqrt(
+        sp.factorial(n))
+    assert sp.simplify(mu.exact - want) == 0
+
+
+def _mp_hermite_moment(sigma: Callable, n: int, b: float, s: float, dps: int) -> mpmath.mpf:
+    """``E[σ(s ξ + b) h_n(ξ)]`` by mpmath tanh-sinh at ``dps`` digits, He_n from mpmath's physicists' H_n."""
+    with mpmath.workdps(dps):
+        b, s = mpf(b), mpf(s)
+        he = lambda x: mpmath.hermite(n, x / mpmath.sqrt(2)) / mpf(2) ** (mpf(n) / 2)  # noqa: E731
+        cut = -b / s
+        val = mpmath.quad(lambda x: sigma(s * x + b) * he(x) * mpmath.npdf(x), [-mpmath.inf, cut, 0, mpmath.inf],
+                          maxdegree=12)
+        return val / mpmath.sqrt(mpmath.factorial(n))
+
+
+@pytest.mark.parametrize("name, n", [("gelu", 12), ("gelu", 30), ("erf", 25), ("relu", 40), ("step", 33)])
+def test_high_degree_against_mpmath_quadrature(name: str, n: int) -> None:
+    """μ_n(b, s) at b = 0.3, s = 1.5 from the recurrences against mpmath quadrature of the independent σ."""
+    mu = ACTIVATIONS[name].hermite(n, 0.3, 1.5).value
+    ref = _mp_hermite_moment(ORACLES[name][0], n, 0.3, 1.5, 60)
+    assert abs(mu - float(ref)) <= 1e-12 * max(abs(float(ref)), 1e-3), (name, n, mu, float(ref))
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_point_recurrence_equals_symbolic_differentiation(name: str) -> None:
+    """Two derivations of m_k at a point: the Taylor recurrences and repeated SymPy differentiation, exactly."""
+    act = ACTIVATIONS[name]
+    got = act.point_mean_exprs(-0.7, 0.5, 6)
+    for k in range(7):
+        want = act.mean_expr(k).subs({B: sp.Rational(-7, 10), S: sp.Rational(1, 2)})
+        assert abs(sp.N(got[k] - want, 40)) < 1e-35, (name, k)
+
+
+@pytest.mark.parametrize("name", ["tanh", "silu", "abs"])
+def test_hermite_all_matches_oracle_and_single_quadrature(name: str) -> None:
+    """The one-pass many-degree path (composite Gauss–Legendre, h_n by recurrence) against the oracle at low
+    degree and against the per-coefficient tanh-sinh quadrature at degree 15 (tanh, silu; abs is exact)."""
+    b, s = 0.375, 1.25
+    act = ACTIVATIONS[name]
+    got = act.hermite_all(15, b, s)
+    ref = oracle_mu(name, b, s)
+    scale = max(abs(r) for r in ref)
+    for n in range(NMAX + 1):
+        assert_close(got[n].value, ref[n], scale, what=f"{name} μ_{n}")
+    assert got[15].value == pytest.approx(act.hermite(15, b, s).value, rel=1e-13, abs=1e-16)

@@ -37,15 +37,30 @@ def _load_script(name: str):
     return mod
 
 
-def _tiny_suite(description: str, cases: list, t_max_cap: float, **extra) -> dict:
-    """A validation suite of tiny networks (width 64, batch 128, eager) over ``cases``, lazy and displacement ODEs."""
-    return {"description": description,
-            "base": {"data": {"exponent": 1.5, "offset": 3.0},
-                     "network": {"activation": "relu", "width": 64, "bias_std": 0.5},
-                     "training": {"batch": 128, "seed": 0, "n_test": 1000, "n_points": 8, "ntk_probe": 32,
-                                  "compile": False, "threads": 1},
-                     "ode": {"variants": ["lazy", "displacement"]}},
-            "cases": cases, "t_max_factor": 1.0, "t_max_cap": t_max_cap, **extra}
+#: A validation suite of one tiny case (width 64, batch 128, eager), lazy and displacement ODEs, as a grid file.
+TINY_SUITE = '''
+[set]
+"data.exponent" = 1.5
+"data.offset" = 3.0
+"data.dim" = 8
+"target.expr" = "z0*z1"
+"network.width" = 64
+"network.bias_std" = 0.5
+"training.batch" = 128
+"training.n_test" = 1000
+"training.n_points" = 8
+"training.ntk_probe" = 32
+"training.compile" = false
+"training.threads" = 1
+"training.t_max" = "auto"
+"ode.variants" = ["lazy", "displacement"]
+[grid]
+"network.richness" = [0.5]
+[sweep]
+name = "{target.expr}_d{data.dim}_g{network.richness}"
+t_max_factor = 1.0
+t_max_cap = 30.0
+'''
 
 
 @pytest.mark.parametrize("path", TOMLS, ids=[p.stem for p in TOMLS])
@@ -143,29 +158,6 @@ def test_compare_end_to_end_reduced(tmp_path, capsys):
     assert "figure variant 'nope'" in capsys.readouterr().err
 
 
-def test_validate_suite_runs_caches_and_summarises(tmp_path, monkeypatch):
-    """A two-case suite through the CLI: summary table, acceptance verdicts, and a rerun that reuses every case."""
-    from featureode import compare
-
-    tiny = _tiny_suite("two tiny cases", compare._grid(["z0"], [0.005, 0.5], {}, 4), t_max_cap=50.0, seeds=(0, 1))
-    monkeypatch.setitem(compare.SUITES, "tiny", tiny)
-    out = tmp_path / "suite"
-    assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"z0_d4_g0.005", "z0_d4_g0.5"}
-    assert "lazy" in summary["z0_d4_g0.005"]["accepted"] and "lazy" not in summary["z0_d4_g0.5"]["accepted"]
-    assert "| z0_d4_g0.005 |" in (out / "summary.md").read_text()
-    assert (out / "z0_d4_g0.5_s1" / "report.json").exists() and (out / "z0_d4_g0.5" / "report.json").exists()
-    stats = summary["z0_d4_g0.5"]["variants"]["displacement"]["t50_ratio"]
-    per_seed = [json.loads((out / d / "report.json").read_text())["variants"]["displacement"]["t50_ratio"]
-                for d in ("z0_d4_g0.5", "z0_d4_g0.5_s1")]
-    assert stats["values"] == per_seed and stats["n"] == 2 and per_seed[0] != per_seed[1]
-    assert stats["mean"] == pytest.approx(np.mean(per_seed)) and stats["sd"] == pytest.approx(np.std(per_seed, ddof=1))
-    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")}
-    assert main(["validate", "tiny", "--out", str(out), "--quiet"]) == 0
-    assert {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")} == stamps
-
-
 def test_readme_python_example_runs(monkeypatch, capsys):
     """The README's Python block runs as written (from the repository root)."""
     text = (ROOT / "README.md").read_text()
@@ -197,10 +189,11 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     """examples/convergence_study.py on a tiny suite: every (width, basis, variant) row, one training per width and
     one ODE solve per basis, and every field of a row equal to a plain `compare` of the same config — checked on the
     width that is not the suite's base width."""
-    from featureode import compare
+    from featureode import compare, grid, sweeps
 
-    tiny = _tiny_suite("one tiny case", compare._grid(["z0*z1"], [0.5], {}, 8), t_max_cap=30.0)
-    monkeypatch.setitem(compare.SUITES, "tiny", tiny)
+    monkeypatch.setattr(grid, "SUITES_DIR", tmp_path / "suites")
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "tiny.toml").write_text(TINY_SUITE)
     study = _load_script("convergence_study")
     calls = {"mlp_trajectory": 0, "solve_config": 0}
 
@@ -220,7 +213,8 @@ def test_convergence_study_example(tmp_path, monkeypatch):
         (w, m, v) for w in (32, 64) for m in (3, 8) for v in ("lazy", "displacement")]
     assert "| 32 | +2, ≤ 8 (" in (out / "study.md").read_text()
     assert len(json.loads((out / "study.json").read_text())) == len(rows)
-    cfg = compare.suite_config("tiny", tiny["cases"][0], "extended").replace(
+    tiny = sweeps.apply_basis(grid.load_grid(grid.suite_path("tiny")), "extended")
+    cfg = sweeps.point_config(tiny, "z0_z1_d8_g0.5").replace(
         network={"width": 32}, ode={"extended_max_modes": 8, "extended_degree": 2})
     ref = compare.compare_config(cfg, tmp_path / "ref", progress=False)
     for variant in ("lazy", "displacement"):

@@ -212,8 +212,8 @@ def test_undefined_symbols_are_named():
         parse_expression("1 + eta*sum_b(B[b,i]*foo[b])")
     with pytest.raises(VariantError, match=r"undefined symbols: zeta, bar\(…\)"):
         parse_expression(sp.Symbol("zeta") * ode.f[ode.beta] + sp.Function("bar")(ode.i))
-    with pytest.raises(VariantError, match="undefined symbols: q"):
-        make_closure("mine", "1 + q*sum_b(D[b]**2)")
+    with pytest.raises(VariantError, match="undefined symbols: qq"):
+        make_closure("mine", "1 + qq*sum_b(D[b]**2)")
     with pytest.raises(VariantError, match="f must be written with indices"):
         parse_expression("1 + f")
 
@@ -257,3 +257,29 @@ def test_bad_config_tables(cfg, message):
 def test_term_names_are_listed():
     assert {"kernel_flow", "residual_integral", "eigen_growth", "scale", "mode_coupling", "agop_growth",
             "displacement_growth"} <= set(term_names())
+
+
+def test_closure_prefactor_is_the_parametrizations_and_reproduces_gamma_squared():
+    from featureode.parametrization import ParametrizationError
+    theory = make_theory("staircase(2)", 6, gamma=0.37)
+    inputs, system = system_inputs(theory, Variant("displacement"))
+    assert inputs[system.inputs.index("q")] == 0.37**2
+    compiled = compile_system(system)
+    y = _state(len(theory.modes))
+    r, _, _ = compiled.observe(y, *inputs)
+    D = y[len(theory.modes):]
+    Bm = np.array([m.dense(6) for m in theory.modes], float)
+    gpow = np.array([m.g_power(theory.g) for m in theory.modes])
+    c = theory.c[[m.degree for m in theory.modes]]
+    np.testing.assert_allclose(r, 1 + 0.37**2 * (Bm * (c * gpow * D**2)[:, None]).sum(0), rtol=1e-13)
+    agop_inputs, agop = system_inputs(theory, Variant("agop"))
+    assert agop_inputs[agop.inputs.index("kappa")] == pytest.approx(theory.kappa, rel=1e-12)   # γ² c_1/Λ_1²
+    with pytest.raises(ParametrizationError, match="unknown parametrization 'ntk'; known: meanfield"):
+        system_inputs(theory, Variant("displacement"), parametrization="ntk")
+
+
+def test_replay_is_not_an_ode_variant():
+    with pytest.raises(VariantError, match="'replay' drives the kernel flow with the measured"):
+        variants_from_config(ODEConfig(variants=["lazy", "replay"]))
+    assert [v.label for v in variants_from_config(ODEConfig(variants=["lazy", "replay"]), allow_replay=True)] \
+        == ["lazy"]

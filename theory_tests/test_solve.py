@@ -1,5 +1,6 @@
-"""Feature ODE solving: analytic and hand-written references, every closure on every target, events, blow-up,
-the ``solve_config`` output schema and the custom-closure example."""
+"""Feature ODE solving: analytic and hand-written references, the compiled RODAS4 integrator against SciPy's
+``solve_ivp`` at tight tolerances and against its own order of accuracy, every closure on every target, events,
+blow-up, the ``solve_config``/``solve_batch`` output (``ODEResult`` files) and the custom-closure example."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,18 +13,22 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import brentq
 
 from _ode_theories import TARGETS, extended_theory, make_theory, theory_from_modes
-from featureode import kernel
+from featureode import integrate, kernel
+from featureode.compile import compile_system
 from featureode.config import config_from_dict
-from featureode.solve import NonFiniteStateError, SolveError, solve_config, solve_variant
+from featureode.solve import NonFiniteStateError, SolveError, solve_batch, solve_config, solve_variant, system_inputs
+from featureode.trajectory import ODEResult, Trajectory
 from featureode.variants import Variant
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("eigenvalues", ["exact", "hea"])
-def test_lazy_closure_matches_analytic_solution(eigenvalues):
+@pytest.mark.parametrize("eigenvalues, method", [("exact", "rodas4"), ("hea", "rodas4"), ("exact", "LSODA")])
+def test_lazy_closure_matches_analytic_solution(eigenvalues, method):
+    """Lazy flow on the target basis: ``f_β = v_β (1 − e^{−λ_β t})``."""
     theory = make_theory("staircase(3)")
-    sol = solve_variant(theory, "lazy", 2e3, eigenvalues)
+    sol = solve_variant(theory, "lazy", 2e3, eigenvalues, method=method)
+    assert isinstance(sol, Trajectory) and sol.kind == "ode" and sol.name == "lazy" and sol.status.ok
     lam = theory.lambda0(eigenvalues)
     expected = theory.target * (1 - np.exp(-np.outer(sol.t, lam)))
     np.testing.assert_allclose(sol.f, expected, atol=1e-6)
@@ -58,7 +63,7 @@ def test_every_closure_reaches_t_max_with_finite_values(target):
     for variant in (Variant("lazy"), Variant("agop"), Variant("displacement"), Variant("displacement", scale=True)):
         sol = solve_variant(theory, variant, 1e4)
         assert sol.t[-1] == pytest.approx(1e4) and sol.t.size == 200
-        for arr in (sol.f, sol.D, sol.lam, sol.r, sol.s, sol.loss):
+        for arr in (sol.f, sol.get("D"), sol.lam, sol.r, sol.get("s"), sol.loss):
             assert np.all(np.isfinite(arr))
         assert sol.loss[0] == 1.0 and sol.loss[-1] < sol.loss[0]
         # target basis: df_β/dt = λ_β(t)(v_β − f_β) with λ_β(t) = λ_β(0) s Π r_i^{β_i} > 0 (r_i, s ≥ 1), so each
@@ -101,9 +106,15 @@ def test_non_finite_state_stops_and_keeps_what_was_computed():
     theory = make_theory("staircase(2)")
     with pytest.raises(NonFiniteStateError, match=r"at t ≈ 1\.570\d* in f_β of mode z0") as err:
         solve_variant(theory, Variant("lazy", replace={"kernel_flow": "f[b]**2 + 1"}), 10.0)
-    sol = err.value.solution
+    sol = err.value.trajectory
+    assert sol.status.error == str(err.value) and not sol.status.complete
     assert sol.t.size > 100 and sol.t[-1] < np.pi / 2 and np.all(np.isfinite(sol.f))
     np.testing.assert_allclose(sol.f[:, 0], np.tan(sol.t), rtol=1e-5)
+
+
+def test_unknown_method_is_named():
+    with pytest.raises(ValueError, match=r"method 'rk4' is unknown; valid: rodas4"):
+        solve_variant(make_theory("z0"), "lazy", 10.0, method="rk4")
 
 
 def test_extended_basis_needs_the_gram_matrix():
@@ -121,8 +132,11 @@ def test_solve_config_writes_the_design_schema(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel, "kernel_theory", lambda cfg, basis=None, with_gram=False: theory, raising=False)
     cfg = _config(tmp_path, variants=["lazy", "agop", "displacement"])
     result = solve_config(cfg, tmp_path)
+    assert isinstance(result, ODEResult) and not result.errors
     written = json.loads((tmp_path / "ode.json").read_text())
-    assert written == json.loads(json.dumps(result))
+    assert written == json.loads(json.dumps(result.to_json()))
+    loaded = ODEResult.load(tmp_path)
+    np.testing.assert_array_equal(loaded.variants["agop"].f, result.variants["agop"].f)
     assert written["modes"] == ["z0", "z0*z1"] and written["target"] == pytest.approx([2**-0.5] * 2)
     assert list(written["variants"]) == ["lazy", "agop", "displacement"]
     for entry in written["variants"].values():
@@ -139,11 +153,85 @@ def test_solve_config_keeps_partial_output_of_a_failing_variant(tmp_path, monkey
                         raising=False)
     cfg = _config(tmp_path, variants=["lazy", "boom"], custom={"boom": {"closure": "lazy",
                                                                          "replace": {"kernel_flow": "f[b]**2 + 1"}}})
-    with pytest.raises(SolveError, match="boom") as err:
-        solve_config(cfg, tmp_path)
+    result = solve_config(cfg, tmp_path)
+    assert list(result.errors) == ["boom"] and "non-finite" in result.errors["boom"]
     written = json.loads((tmp_path / "ode.json").read_text())
     assert "error" in written["variants"]["boom"] and len(written["variants"]["boom"]["t"]) > 10
-    assert "error" not in written["variants"]["lazy"] and err.value.result["variants"].keys() == {"lazy", "boom"}
+    assert "error" not in written["variants"]["lazy"] and written["variants"].keys() == {"lazy", "boom"}
+
+
+def test_solve_batch_equals_solve_config_per_config(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel, "kernel_theory", lambda cfg, basis=None, with_gram=False: pytest.fail("rebuilt"),
+                        raising=False)
+    cfgs = [_config(tmp_path, variants=["lazy", "displacement"]).replace(network={"richness": g})
+            for g in (0.1, 0.5)]
+    theories = [make_theory("staircase(2)", gamma=g) for g in (0.1, 0.5)]
+    batch = solve_batch(cfgs, theories, out_dirs=[tmp_path / "a", None])
+    assert (tmp_path / "a" / "ode.json").exists() and len(batch) == 2
+    for cfg, theory, res in zip(cfgs, theories, batch):
+        one = solve_config(cfg, theory=theory)
+        for name, tr in one.variants.items():
+            np.testing.assert_array_equal(res.variants[name].loss, tr.loss)
+    assert batch[1].variants["displacement"].t10 < batch[0].variants["displacement"].t10
+
+
+CLOSURES = [Variant("lazy"), Variant("agop"), Variant("displacement"), Variant("displacement", scale=True),
+            # a residual term whose Jacobian is not [[·, ·], [−I, 0]]: the integrator's full-size LU path
+            Variant("displacement", replace={"residual_integral": "(v[b] - f[b])*(1 + f[b]**2)"})]
+
+
+def _check_against_radau(variant: Variant, basis: str) -> None:
+    """The compiled integrator at its default tolerances against SciPy's Radau at rtol = 1e-13 (the reference
+    backend: another integrator, with its own error control and dense output, on the same generated right-hand
+    side, whose NumPy and numba versions test_compile checks against each other and SymPy): curves to 1e-5 in
+    log-loss where L/L(0) > 1e-6 (the default atol = 1e-10 bounds the accuracy of smaller losses), f_β to 1e-7,
+    crossing times to 1e-6 relative."""
+    theory = extended_theory("staircase(2)", 6) if basis == "extended" else make_theory("staircase(3)")
+    sol = solve_variant(theory, variant, 1e3, basis=basis)
+    inputs, system = system_inputs(theory, variant, basis=basis)
+    code = compile_system(system, "numba")
+    m = theory.target.size
+    ref = solve_ivp(lambda t, y: code.rhs(y, *inputs), (0, 1e3), np.zeros(2 * m), method="Radau", t_eval=sol.t,
+                    rtol=1e-13, atol=1e-15, jac=lambda t, y: code.jac(y, *inputs), dense_output=True)
+    loss = np.sum((theory.target - ref.y[:m].T) ** 2, axis=1) / np.sum(theory.target**2)
+    ok = loss > 1e-6
+    assert np.max(np.abs(np.log(sol.loss[ok]) - np.log(loss[ok]))) < 1e-5
+    np.testing.assert_allclose(sol.f, ref.y[:m].T, atol=1e-7)
+    for level, t_cross in ((0.5, sol.t50), (0.1, sol.t10)):
+        k = int(np.argmax(loss <= level))
+        exact = brentq(lambda t: np.sum((theory.target - ref.sol(t)[:m]) ** 2) / np.sum(theory.target**2) - level,
+                       sol.t[k - 1], sol.t[k], xtol=1e-14, rtol=1e-15)
+        assert t_cross == pytest.approx(exact, rel=1e-6)
+
+
+@pytest.mark.parametrize("basis, variant", [("target", CLOSURES[2]), ("extended", CLOSURES[1]),
+                                            ("target", CLOSURES[4])], ids=lambda x: getattr(x, "label", x))
+def test_rodas4_matches_solve_ivp_at_tight_tolerances(basis, variant):
+    _check_against_radau(variant, basis)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", CLOSURES, ids=lambda v: v.label)
+@pytest.mark.parametrize("basis", ["target", "extended"])
+def test_rodas4_matches_solve_ivp_every_closure(variant, basis):
+    _check_against_radau(variant, basis)
+
+
+def test_rodas4_step_has_local_error_of_order_five(monkeypatch):
+    """One RODAS4 step (the pure-Python template) on ``y' = −y³``, ``y(0) = 1`` (``y = (1 + 2t)^{−1/2}``): the local
+    error falls as ``h⁵`` (order 4), which fails for any wrong coefficient of the order conditions up to 4."""
+    monkeypatch.setattr(integrate, "rhs", lambda y: -y**3, raising=False)
+    errors = []
+    for h in (0.04, 0.02, 0.01):
+        y0 = np.ones(1)
+        ks, ynew = np.empty((6, 1)), np.empty(1)
+        used = integrate._rodas_step(y0, (), np.array([[-3.0]]), False, h, np.empty((1, 1)), None,
+                                     np.zeros(1, dtype=int), None, ks, ynew, integrate.A, integrate.C, integrate.M,
+                                     integrate.GAMMA)
+        assert used == 6
+        errors.append(abs(ynew[0] - (1 + 2 * h) ** -0.5))
+    orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
+    assert np.all(orders > 4.7), orders
 
 
 def test_custom_closure_example_runs(tmp_path):

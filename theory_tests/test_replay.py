@@ -1,0 +1,96 @@
+"""replay: the kernel flow driven by measured eigenvalues, against exact solutions and against the ODE itself."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from scipy.linalg import expm
+
+from _ode_theories import make_theory
+from featureode.replay import ReplayError, integrated_eigenvalue, replay, replay_run
+from featureode.solve import solve_variant
+from featureode.trajectory import Trajectory
+
+
+def _mlp(t: np.ndarray, lam: np.ndarray | None, v: np.ndarray, modes: tuple[str, ...], **arrays) -> Trajectory:
+    return Trajectory("mlp", "mlp", modes, v, t, np.ones_like(t), lam=lam, arrays=arrays)
+
+
+def _times(n: int = 400, t_max: float = 50.0) -> np.ndarray:
+    return np.concatenate([[0.0], np.geomspace(1e-2, t_max, n)])
+
+
+def test_constant_eigenvalue_gives_the_exponential_solution():
+    t = _times()
+    lam = np.tile([0.3, 0.05], (t.size, 1))
+    v = np.array([1.0, 0.5])
+    rep = replay(_mlp(t, lam, v, ("z0", "z0*z1")))
+    expected = np.sum((v * np.exp(-lam[0] * rep.t[:, None])) ** 2, axis=1) / np.sum(v**2)
+    np.testing.assert_allclose(rep.loss, expected, rtol=1e-12)
+    assert rep.kind == "ode" and rep.name == "replay"
+    assert rep.meta["uses_measurements"] is True and rep.meta["parameter_free"] is False
+
+
+def test_growing_eigenvalue_integral_is_exact_for_its_interpolant_and_converges():
+    # λ(t) = λ0 e^{kt}: ∫_0^τ λ = λ0 (e^{kτ} − 1)/k; the log-linear interpolant converges as the grid refines
+    lam0, k = 0.2, 0.15
+    errs = []
+    for n in (100, 400, 1600):
+        t = _times(n, 20.0)
+        got = integrated_eigenvalue(t, (lam0 * np.exp(k * t))[:, None], [5.0, 12.0, 20.0])[:, 0]
+        exact = lam0 * (np.exp(k * np.array([5.0, 12.0, 20.0])) - 1) / k
+        errs.append(np.max(np.abs(got / exact - 1)))
+    assert errs[-1] < 1e-4 and errs[0] / errs[-1] > 8          # second-order convergence in the grid step
+    # a function that is exactly linear in log t between the samples is integrated to rounding
+    t = _times(50, 10.0)
+    lam = 1.0 + 0.3 * np.log(np.maximum(t, 1e-2) / 1e-2)
+    got = integrated_eigenvalue(t, lam[:, None], [10.0])[0, 0]
+    exact = 1.0 * 1e-2 + (10.0 - 1e-2) + 0.3 * (10.0 * math.log(10.0 / 1e-2) - (10.0 - 1e-2))
+    assert got == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("closure", ["displacement", "second_order"])
+def test_replaying_a_closures_eigenvalues_reproduces_its_curve(closure):
+    theory = make_theory("staircase(2)", 8)
+    if closure == "second_order":
+        theory = dataclasses.replace(theory, activation="relu", bias_std=0.5)
+    sol = solve_variant(theory, closure, 200.0, n_points=600)
+    mlp = _mlp(sol.t, sol.lam, sol.target, tuple(map(str, sol.modes)))
+    rep = replay(mlp, n_points=10)
+    on_grid = np.interp(sol.t, rep.t, rep.loss)
+    np.testing.assert_allclose(on_grid, sol.loss, rtol=2e-3, atol=1e-6)
+    assert rep.t50 == pytest.approx(sol.t50, rel=2e-3) and rep.t10 == pytest.approx(sol.t10, rel=2e-3)
+
+
+def test_extended_replay_with_a_constant_gram_is_the_matrix_exponential():
+    t = _times(200, 30.0)
+    K = np.array([[0.5, 0.1, 0.0], [0.1, 0.2, 0.05], [0.0, 0.05, 0.1]])
+    v = np.array([1.0, 0.0, 0.4])
+    rep = replay(_mlp(t, None, v, ("z0", "1", "h2(z0)"), gram=np.tile(K, (t.size, 1, 1))), basis="extended")
+    for k in (50, 120, 200):
+        f = (np.eye(3) - expm(-K * rep.t[k])) @ v
+        np.testing.assert_allclose(rep.f[k], f, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(rep.lam[-1], np.diag(K))
+
+
+def test_missing_measurements_are_named(tmp_path):
+    with pytest.raises(ReplayError, match=r"mlp\.json does not exist; run `featureode simulate"):
+        replay_run(tmp_path)
+    t = _times(10)
+    with pytest.raises(ReplayError, match="needs the measured eigenvalues 'lambda'"):
+        replay(_mlp(t, None, np.ones(1), ("z0",)))
+    with pytest.raises(ReplayError, match="needs the measured Gram 'gram'"):
+        replay(_mlp(t, np.ones((t.size, 1)), np.ones(1), ("z0",)), basis="extended")
+    with pytest.raises(ReplayError, match="kind 'mlp'"):
+        replay(Trajectory("ode", "x", ("z0",), np.ones(1), t, np.ones_like(t), lam=np.ones((t.size, 1))))
+
+
+def test_replay_of_a_stored_run(tmp_path):
+    t = _times(50)
+    lam = np.tile([0.3], (t.size, 1))
+    _mlp(t, lam, np.ones(1), ("z0",)).save(tmp_path, "mlp")
+    rep = replay_run(tmp_path)
+    assert rep.t50 == pytest.approx(math.log(2) / (2 * 0.3), rel=1e-3)
+    assert rep.meta["source"].endswith("mlp.json")
