@@ -125,7 +125,7 @@ RUNTIME_KEYS = ("training.checkpoint_every", "training.threads", "training.compi
 # default `compare`, gets a new digest once); ``device`` is hashed as "auto" on the CPU and as "cuda" otherwise
 _DIGEST_AS = {"training.checkpoint_every": 2000, "training.threads": 1, "training.compile": True}
 
-_ODE_METHODS = ("RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA")  # scipy.integrate.solve_ivp
+_ODE_METHODS = ("rodas4", "RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA")  # solve.COMPILED_METHODS + SCIPY_METHODS
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -174,6 +174,6 @@ def test_parts_of_the_second_order_growth_sum_to_it_and_follow_the_closure():
     exact = np.cosh(2 * 0.5 * math.sqrt(G3[0]) * D[:, 0])
     np.testing.assert_allclose(parts["readout"][:, 0] + parts["weights"][:, 0], lin.lambda0[0] * exact, rtol=1e-6)
     sol = solve_variant(theory, "second_order", 100.0)
-    total = sum(predicted_parts(so, sol.D, q=theory.gamma**2).values())
+    total = sum(predicted_parts(so, sol.get("D"), q=theory.gamma**2).values())
     # same S up to Monte Carlo (4000 against 1e5 neurons): the parts' sum follows the solved ρ_β within a few %
     np.testing.assert_allclose(total / so.lambda0, sol.lam / sol.lam[0], rtol=0.1)
