@@ -214,7 +214,7 @@ RULES: dict[str, dict[str, "Num | Choice"]] = {
 }
 
 
-def _suggest(key: str, options: list[str], what: str = "valid keys") -> str:
+def suggest(key: str, options: list[str], what: str = "valid keys") -> str:
     lower = {o.lower(): o for o in options}
     close = difflib.get_close_matches(key.lower(), list(lower), n=1, cutoff=0.5)
     return f"; did you mean {lower[close[0]]!r}?" if close else f"; {what}: {', '.join(options)}"
@@ -253,7 +253,7 @@ def _check_choice(where: str, value: Any, rule: Choice) -> str:
         raise ConfigError(f"{where} must be one of {', '.join(map(repr, rule.options))}, got {_shown(value)}")
     if value in rule.options or (rule.pattern and re.fullmatch(rule.pattern, value)):
         return value
-    raise ConfigError(f"{where} {value!r} is not valid" + _suggest(value, list(rule.options), "valid values"))
+    raise ConfigError(f"{where} {value!r} is not valid" + suggest(value, list(rule.options), "valid values"))
 
 
 def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
@@ -370,7 +370,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
     raw = copy.deepcopy(raw)
     for sec in raw:
         if sec not in SECTIONS:
-            raise ConfigError(f"unknown config table [{sec}]" + _suggest(str(sec), list(SECTIONS), "valid tables"))
+            raise ConfigError(f"unknown config table [{sec}]" + suggest(str(sec), list(SECTIONS), "valid tables"))
     out: dict[str, Any] = {}
     for sec, cls in SECTIONS.items():
         vals = raw.get(sec, {})
@@ -380,7 +380,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
         names = [f.name for f in fields(cls)]
         for k, v in vals.items():
             if k not in names:
-                raise ConfigError(f"unknown key {k!r} in [{sec}]" + _suggest(str(k), names))
+                raise ConfigError(f"unknown key {k!r} in [{sec}]" + suggest(str(k), names))
             setattr(inst, k, _coerce(sec, k, v, getattr(inst, k)))
         out[sec] = inst
     cfg = Config(**out, source=source)

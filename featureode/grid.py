@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .config import SECTIONS, ConfigError, _suggest, config_from_dict, load_config
+from .config import SECTIONS, ConfigError, suggest, config_from_dict, load_config
 
 #: The value of ``training.t_max`` that asks for the horizon of :func:`featureode.sweeps.auto_t_max`.
 AUTO = "auto"
@@ -167,9 +167,9 @@ def check_config(raw: dict[str, dict[str, Any]], what: str) -> None:
 def _check_key(key: Any, where: str, source: str) -> tuple[str, str]:
     if not isinstance(key, str) or key.count(".") != 1:
         raise GridError(f"{source}: {where} key {key!r} must be written \"table.key\" (e.g. \"network.width\")"
-                        + (_suggest(key, list(CONFIG_KEYS)) if isinstance(key, str) else ""))
+                        + (suggest(key, list(CONFIG_KEYS)) if isinstance(key, str) else ""))
     if key not in CONFIG_KEYS:
-        raise GridError(f"{source}: unknown key {key!r} in {where}" + _suggest(key, list(CONFIG_KEYS)))
+        raise GridError(f"{source}: unknown key {key!r} in {where}" + suggest(key, list(CONFIG_KEYS)))
     if key == "training.seed":
         raise GridError(f"{source}: {where} sets \"training.seed\"; list the seeds in [sweep] seeds = [...] instead")
     return tuple(key.split("."))  # type: ignore[return-value]
@@ -189,7 +189,7 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
     Checks every key and every axis; :func:`check_points` checks each point's config."""
     for k in raw:
         if k not in TOP_KEYS:
-            raise GridError(f"{source}: unknown grid entry {k!r}" + _suggest(k, list(TOP_KEYS))
+            raise GridError(f"{source}: unknown grid entry {k!r}" + suggest(k, list(TOP_KEYS))
                             + " (config keys go in [set] as \"table.key\")")
     for k in ("set", "grid", "zip", "sweep"):
         if k in raw and not isinstance(raw[k], dict):
@@ -233,7 +233,7 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
     sweep = raw.get("sweep", {})
     for k in sweep:
         if k not in SWEEP_KEYS:
-            raise GridError(f"{source}: unknown key {k!r} in [sweep]" + _suggest(k, list(SWEEP_KEYS)))
+            raise GridError(f"{source}: unknown key {k!r} in [sweep]" + suggest(k, list(SWEEP_KEYS)))
     seeds = sweep.get("seeds", [0])
     if (not isinstance(seeds, list) or not seeds
             or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
@@ -247,7 +247,7 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
         for ref in re.findall(r"\{([^}]*)\}", template):
             if ref not in CONFIG_KEYS:
                 raise GridError(f"{source}: [sweep] name refers to {{{ref}}}, which is not a config key"
-                                + _suggest(ref, list(CONFIG_KEYS)))
+                                + suggest(ref, list(CONFIG_KEYS)))
     factor, cap = sweep.get("t_max_factor", 2.0), sweep.get("t_max_cap", math.inf)
     for k, v in (("t_max_factor", factor), ("t_max_cap", cap)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
@@ -283,7 +283,7 @@ def suite_path(name: str) -> Path:
     path = SUITES_DIR / f"{name}.toml"
     if not path.exists():
         known = suite_names()
-        raise GridError(f"unknown suite {name!r}" + _suggest(name, known) if known else f"unknown suite {name!r}")
+        raise GridError(f"unknown suite {name!r}" + suggest(name, known) if known else f"unknown suite {name!r}")
     return path
 
 

@@ -77,14 +77,14 @@ from .metrics import crossing_time, in_support_loss
 from .parametrization import Parametrization, get_parametrization
 from .schedule import DivergenceMonitor, Schedule, Step, measurement_times, refresh_due
 from .targets import Target
-from .trajectory import Status, Trajectory, _atomic_bytes
+from .trajectory import Status, Trajectory, write_bytes
 
 STREAMS = ("init", "train", "test", "probe")
 CPU_CHUNK = 256           # samples per kernel call on a CPU (activations of a chunk stay in cache)
 GPU_MEASURE_CHUNK = 8192  # test samples per kernel call on a GPU at most (training steps take the whole batch)
 CHECKPOINT_VERSION = 3    # 3: schedule, divergence window and diagnostics records (2: neuron-major step kernel)
 SMALL_BATCH = 64          # below this batch size a divergence message also suggests a larger batch
-_BATCH_KEYS = {"data": ("dim",), "network": ("activation", "width", "parametrization"),
+BATCH_KEYS = {"data": ("dim",), "network": ("activation", "width", "parametrization"),
                "training": ("batch", "device", "dtype", "ntk_every", "checkpoint_every", "threads", "compile")}
 
 
@@ -173,15 +173,15 @@ class RunSpec:
 
 
 def _check_batch(specs: Sequence[RunSpec]) -> None:
-    """Runs share one set of stacked tensors: the keys of :data:`_BATCH_KEYS` must agree."""
+    """Runs share one set of stacked tensors: the keys of :data:`BATCH_KEYS` must agree."""
     first = specs[0].cfg
     for i, s in enumerate(specs[1:], 1):
-        for sec, keys in _BATCH_KEYS.items():
+        for sec, keys in BATCH_KEYS.items():
             for key in keys:
                 a, b = getattr(getattr(first, sec), key), getattr(getattr(s.cfg, sec), key)
                 if a != b:
                     raise MLPError(f"runs 0 and {i} differ in [{sec}] {key} ({a!r} vs {b!r}); a batch of runs must "
-                                   f"share {', '.join(f'[{k}] ' + ', '.join(v) for k, v in _BATCH_KEYS.items())}")
+                                   f"share {', '.join(f'[{k}] ' + ', '.join(v) for k, v in BATCH_KEYS.items())}")
 
 
 def _measure_chunk(n_test: int, on_gpu: bool) -> int:
@@ -473,7 +473,7 @@ class Checkpoint:
             return
         buf = io.BytesIO()
         torch.save({"version": CHECKPOINT_VERSION, **state}, buf)
-        _atomic_bytes(self.path, buf.getvalue())
+        write_bytes(self.path, buf.getvalue())
 
     def exists(self) -> bool:
         """Whether there is a checkpoint file to resume from."""

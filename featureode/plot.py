@@ -19,7 +19,7 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.collections import LineCollection
 
-from .config import _suggest
+from .config import suggest
 from .grid import Grid, slug
 from .sweeps import RESULT_COLUMNS, SweepError, mean_sd, read_results
 
@@ -37,7 +37,7 @@ def _keys(axis: str, columns: Sequence[str]) -> tuple[str, ...]:
     for k in keys:
         if k not in columns:
             varied = [c for c in columns if c not in RESULT_COLUMNS]
-            raise PlotError(f"{k!r} is not a varied key of these results" + _suggest(k, varied))
+            raise PlotError(f"{k!r} is not a varied key of these results" + suggest(k, varied))
     return keys
 
 
@@ -61,15 +61,15 @@ def select(rows: Sequence[dict[str, Any]], keys: Sequence[str], metric: str, var
         raise PlotError("the results table is empty; run the sweep first")
     columns = list(rows[0])
     if metric not in METRICS:
-        raise PlotError(f"unknown metric {metric!r}" + _suggest(metric, list(METRICS)))
+        raise PlotError(f"unknown metric {metric!r}" + suggest(metric, list(METRICS)))
     for k, v in (where or {}).items():
         if k not in columns:
-            raise PlotError(f"--where {k!r} is not a column of these results" + _suggest(k, columns))
+            raise PlotError(f"--where {k!r} is not a column of these results" + suggest(k, columns))
     picked = [r for r in rows if r["status"] == "ok" and all(_same(r[k], v) for k, v in (where or {}).items())]
     if variant is not None:
         known = sorted({r["variant"] for r in rows})
         if variant not in known:
-            raise PlotError(f"unknown variant {variant!r}" + _suggest(variant, known))
+            raise PlotError(f"unknown variant {variant!r}" + suggest(variant, known))
         picked = [r for r in picked if r["variant"] == variant]
     varied = [c for c in columns if c not in RESULT_COLUMNS]
     for k in varied:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .config import MLP_SECTIONS, Config, _suggest, config_from_dict
+from .config import MLP_SECTIONS, Config, suggest, config_from_dict
 from .grid import AUTO, Grid, GridError, Point, check_points, load_grid, suite_path
 from .metrics import Ratio
 from .trajectory import TrajectoryFileError, read_json, write_json, write_text
@@ -288,11 +288,11 @@ def batch_groups(cfgs: Sequence[Config], cuda: bool, max_size: int = MAX_BATCH) 
     group."""
     if not cuda:
         return [[i] for i in range(len(cfgs))]
-    from .mlp import _BATCH_KEYS
+    from .mlp import BATCH_KEYS
 
     groups: dict[tuple, list[list[int]]] = {}
     for i, c in enumerate(cfgs):
-        key = tuple(getattr(getattr(c, sec), k) for sec, keys in _BATCH_KEYS.items() for k in keys)
+        key = tuple(getattr(getattr(c, sec), k) for sec, keys in BATCH_KEYS.items() for k in keys)
         chunks = groups.setdefault(key, [[]])
         if len(chunks[-1]) == max_size:
             chunks.append([])
@@ -829,7 +829,7 @@ def point_config(grid: Grid, point: str, seed: int = 0) -> Config:
         if p.name == point:
             return RunTask(p.run_name(seed), grid.raw_config(p, seed), "", False, grid.t_max_factor,
                            grid.t_max_cap).config()
-    raise GridError(f"unknown point {point!r} in {grid.source}" + _suggest(point, [p.name for p in points]))
+    raise GridError(f"unknown point {point!r} in {grid.source}" + suggest(point, [p.name for p in points]))
 
 
 def run_suite(name: str, out: "str | Path", executor: Any = None, basis: str = "target", force: bool = False,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from featureode.config import RUNTIME_KEYS, SECTIONS, ConfigError, config_from_dict, load_config
+from featureode.config import RUNTIME_KEYS, SECTIONS, ConfigError, config_from_dict
 
 INF = math.inf
 # (section, key): (kind, low, high, low_open, high_open); kind "int" or "float"
