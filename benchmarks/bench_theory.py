@@ -180,7 +180,10 @@ def bench_mlp() -> Timing:
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path = Path(tmp) / "cfg.toml"
         text = (ROOT / "featureode" / "defaults" / "default.toml").read_text()
-        cfg_path.write_text(text.replace('device = "auto"', 'device = "cpu"\nthreads = 1'))
+        text = text.replace('device = "auto"', 'device = "cpu"')
+        if "threads = 1" not in text:
+            text = text.replace('device = "cpu"', 'device = "cpu"\nthreads = 1')
+        cfg_path.write_text(text)
         return child_time([sys.executable, "-m", "featureode", "simulate", str(cfg_path), "--out",
                            str(Path(tmp) / "out"), "--quiet"])
 

@@ -7,6 +7,8 @@ be rotated with it.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -37,7 +39,7 @@ class Spectrum:
     description: str = ""   # how it was given, in words (without d: say d = dim next to it)
 
     def __post_init__(self) -> None:
-        g = np.asarray(self.g, dtype=float)
+        g = np.array(self.g, dtype=float)  # a private copy, read-only: spectra are shared (power laws are cached)
         if g.ndim != 1 or g.size == 0:
             raise DataError(f"the spectrum must be a non-empty 1-d list of eigenvalues, got shape {g.shape}")
         if not np.all(np.isfinite(g)) or np.any(g <= 0):
@@ -47,6 +49,7 @@ class Spectrum:
             i = int(np.flatnonzero(np.diff(g) > 0)[0])
             raise DataError(f"eigenvalues must be in descending order (g_0 ≥ g_1 ≥ …), but g_{i + 1} = {g[i + 1]:.6g} "
                             f"> g_{i} = {g[i]:.6g}")
+        g.flags.writeable = False
         object.__setattr__(self, "g", g)
 
     @property
@@ -65,6 +68,11 @@ class Spectrum:
             raise DataError(f"exponent must be finite and ≥ 0, got {exponent!r}")
         if not np.isfinite(offset) or offset <= 0:
             raise DataError(f"offset must be > 0 (so that (i + offset) > 0 for i = 0), got {offset!r}")
+        return _power_law(int(dim), float(exponent), float(offset), bool(normalize))
+
+    @classmethod
+    def _power_law(cls, dim: int, exponent: float, offset: float, normalize: bool) -> "Spectrum":
+        """:meth:`power_law` after its checks (cached by :func:`_power_law`: the exact SymPy form costs 10–100 ms)."""
         desc = f"power law g_i ∝ (i + {offset:g})^(-{exponent:g})" + (", normalised to Σg = 1" if normalize else "")
         if dim > EXACT_MAX_DIM:  # the exact form costs seconds beyond this; floats only
             g = (np.arange(dim) + float(offset)) ** (-float(exponent))
@@ -168,3 +176,9 @@ class Spectrum:
     def sqrt_exact(self, i: int) -> sp.Expr:
         """``sqrt(g_i)`` exactly when the spectrum is exact, else as a SymPy Float."""
         return sp.sqrt(self.exact[i]) if self.exact is not None else sp.Float(np.sqrt(self.g[i]), 17)
+
+
+@functools.lru_cache(maxsize=256)
+def _power_law(dim: int, exponent: float, offset: float, normalize: bool) -> Spectrum:
+    """One :class:`Spectrum` per power law (its ``g`` is read-only, so sharing it is safe)."""
+    return Spectrum._power_law(dim, exponent, offset, normalize)
