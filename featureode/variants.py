@@ -275,7 +275,7 @@ def variants_from_config(cfg: Any, allow_replay: bool = False) -> list[Variant]:
                 continue
             raise VariantError("[ode] variants: 'replay' drives the kernel flow with the measured λ_β(t) of a "
                                "simulation, so only compare can compute it (featureode.replay.replay_run on the "
-                               "run folder); remove it from the variants of solve/derive")
+                               "run folder); remove it from the variants given to solve (derive and compare accept it)")
         if name in custom:
             if not isinstance(custom[name], Mapping):
                 raise VariantError(f"[ode.custom.{name}] must be a table")

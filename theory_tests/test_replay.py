@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,3 +96,48 @@ def test_replay_of_a_stored_run(tmp_path):
     rep = replay_run(tmp_path)
     assert rep.t50 == pytest.approx(math.log(2) / (2 * 0.3), rel=1e-3)
     assert rep.meta["source"].endswith("mlp.json")
+
+
+def test_compare_adds_replay_and_diagnostics(tmp_path):
+    """``compare`` with ``replay`` listed: the replay is computed from this run's mlp.json after the simulation,
+    written into ode.json and report.json beside the closures (marked as using measurements), reproduces the
+    target-basis solution from the measured λ(t), and every report has its diagnostics figure; ``solve`` refuses it."""
+    from scipy.integrate import quad
+
+    from featureode.cli import main
+    from featureode.trajectory import ODEResult
+
+    root = Path(__file__).resolve().parents[1]
+    cfg_path = tmp_path / "small.toml"
+    cfg_path.write_text((root / "featureode" / "defaults" / "default.toml").read_text()
+                        .replace("width = 1024", "width = 64").replace("batch = 2048", "batch = 128")
+                        .replace("t_max = 300.0", "t_max = 10.0").replace('basis = "extended"', 'basis = "target"')
+                        .replace('variants = ["lazy", "agop", "displacement"]',
+                                 'variants = ["lazy", "replay", "displacement"]')
+                        .replace("seed = 0", "seed = 0\nn_test = 1000\nn_points = 10\nntk_probe = 32"))
+    out = tmp_path / "out"
+    assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
+    ode = ODEResult.load(out)
+    assert list(ode.variants) == ["lazy", "replay", "displacement"]
+    rep = ode.variants["replay"]
+    assert rep.meta["uses_measurements"] is True and rep.meta["parameter_free"] is False
+    mlp = Trajectory.load(out, "mlp")
+    # independent check at the measurement times: f_β = v_β (1 − exp(−∫_0^t λ_β)), the integral by adaptive
+    # quadrature of the interpolant (λ linear in t on [0, t_1], linear in log t between later measurements)
+    t, lam = np.asarray(mlp.t), np.asarray(mlp.lam)
+
+    def lam_at(tau: float, b: int) -> float:
+        k = min(int(np.searchsorted(t, tau, side="right")) - 1, t.size - 2)
+        w = (tau - t[k]) / (t[k + 1] - t[k]) if t[k] <= 0 else math.log(tau / t[k]) / math.log(t[k + 1] / t[k])
+        return (1 - w) * lam[k, b] + w * lam[k + 1, b]
+
+    seg = np.array([[quad(lam_at, t[k], t[k + 1], args=(b,), epsabs=0, epsrel=1e-12)[0]
+                     for b in range(lam.shape[1])] for k in range(t.size - 1)])
+    integral = np.vstack([np.zeros((1, lam.shape[1])), np.cumsum(seg, axis=0)])
+    f_exact = np.asarray(mlp.target) * (1 - np.exp(-integral))
+    on_grid = [int(np.argmin(abs(rep.t - x))) for x in t]
+    np.testing.assert_allclose(rep.f[on_grid], f_exact, rtol=1e-9, atol=1e-12)
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["variants"]) == {"lazy", "replay", "displacement"}
+    assert (out / "report_diagnostics.png").stat().st_size > 10_000
+    assert main(["solve", str(cfg_path), "--out", str(tmp_path / "solve")]) == 2
