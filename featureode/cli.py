@@ -409,6 +409,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("featureode.parametrization", "ParametrizationError"), ("featureode.trajectory", "TrajectoryFileError"),
     ("featureode.mlp", "MLPError"), ("featureode.solve", "SolveError"), ("featureode.runs", "RunFolderError"),
     ("featureode.report", "ReportError"), ("featureode.sweeps", "SweepError"), ("featureode.plot", "PlotError"),
+    ("featureode.replay", "ReplayError"), ("featureode.diagnostics", "DiagnosticsError"),
     ("builtins", "FileExistsError"), ("builtins", "FileNotFoundError"), ("builtins", "PermissionError"),
     ("builtins", "IsADirectoryError"), ("builtins", "NotADirectoryError"))
 
