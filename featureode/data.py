@@ -71,7 +71,7 @@ class Spectrum:
         return _power_law(int(dim), float(exponent), float(offset), bool(normalize))
 
     @classmethod
-    def _power_law(cls, dim: int, exponent: float, offset: float, normalize: bool) -> "Spectrum":
+    def _build_power_law(cls, dim: int, exponent: float, offset: float, normalize: bool) -> "Spectrum":
         """:meth:`power_law` after its checks (cached by :func:`_power_law`: the exact SymPy form costs 10–100 ms)."""
         desc = f"power law g_i ∝ (i + {offset:g})^(-{exponent:g})" + (", normalised to Σg = 1" if normalize else "")
         if dim > EXACT_MAX_DIM:  # the exact form costs seconds beyond this; floats only
@@ -181,4 +181,4 @@ class Spectrum:
 @functools.lru_cache(maxsize=256)
 def _power_law(dim: int, exponent: float, offset: float, normalize: bool) -> Spectrum:
     """One :class:`Spectrum` per power law (its ``g`` is read-only, so sharing it is safe)."""
-    return Spectrum._power_law(dim, exponent, offset, normalize)
+    return Spectrum._build_power_law(dim, exponent, offset, normalize)
