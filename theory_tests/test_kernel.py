@@ -150,28 +150,36 @@ def _relu_mean_any(k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
     return (-1) ** k * he * np.exp(-t * t / 2) / math.sqrt(2 * math.pi) / s ** (k - 1)
 
 
-def test_gram_against_explicit_per_neuron_projections():
-    """Every Gram entry (off-diagonal couplings included) against Monte Carlo over neurons of the explicit
-    projections A_β, H_β and the vector G_{β·} (no summation over i done by hand, a² sampled)."""
-    g = Spectrum.power_law(6).g
-    modes = [Mode.parse(t) for t in ("1", "z0", "h2(z0)", "h3(z0)", "z0*z1", "z0*h2(z1)", "h2(z1)")]
-    k = gram_matrix(modes, g, "relu", 0.5)
-    rng = np.random.default_rng(5)
-    n = 300_000
+def _mc_features(modes: list, g: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
+    """Per-neuron eNTK features of each mode for ``n`` ReLU neurons sampled from the init law (a ~ N(0,1), ŵ_i ~
+    N(0, g_i), b ~ N(0, 0.25)): the readout projection A_β, the first-layer vector a G_{β·} and the bias part a H_β,
+    from the explicit projections (no summation over i done by hand), each divided by sqrt(β!)."""
+    rng = np.random.default_rng(seed)
     a = rng.standard_normal(n)
-    wh = rng.standard_normal((n, 6)) * np.sqrt(g)
+    wh = rng.standard_normal((n, g.size)) * np.sqrt(g)
     b = 0.5 * rng.standard_normal(n)
     s = np.sqrt(np.sum(wh**2, axis=1))
     feats = []
     for m in modes:
         p = m.degree
         mono = np.prod([wh[:, i] ** o for i, o in m.items], axis=0) if m.items else np.ones(n)
-        norm = math.sqrt(m.factorial)
         G = np.sqrt(g) * (mono[:, None] * wh * _relu_mean_any(p + 2, b, s)[:, None])
         for i, o in m.items:
             G[:, i] += math.sqrt(g[i]) * o * mono / wh[:, i] * _relu_mean_any(p, b, s)
         feats.append(np.concatenate([(mono * _relu_mean_any(p, b, s))[:, None], a[:, None] * G,
-                                     (a * mono * _relu_mean_any(p + 1, b, s))[:, None]], axis=1) / norm)
+                                     (a * mono * _relu_mean_any(p + 1, b, s))[:, None]], axis=1)
+                     / math.sqrt(m.factorial))
+    return feats
+
+
+def test_gram_against_explicit_per_neuron_projections():
+    """Every Gram entry (off-diagonal couplings included) against Monte Carlo over neurons of the explicit
+    projections A_β, H_β and the vector G_{β·} (no summation over i done by hand, a² sampled)."""
+    g = Spectrum.power_law(6).g
+    modes = [Mode.parse(t) for t in ("1", "z0", "h2(z0)", "h3(z0)", "z0*z1", "z0*h2(z1)", "h2(z1)")]
+    k = gram_matrix(modes, g, "relu", 0.5)
+    n = 300_000
+    feats = _mc_features(modes, g, n, seed=5)
     for i in range(len(modes)):
         for j in range(i, len(modes)):
             vals = np.sum(feats[i] * feats[j], axis=1)
@@ -234,25 +242,12 @@ def test_gram_psd_and_order_independent_on_random_mode_lists(modes, activation):
 def test_staircase_gram_is_diagonal_against_monte_carlo():
     """The staircase modes z0, z0*z1, z0*z1*z2 have different parity in some coordinate pairwise, so their
     off-diagonal Gram entries vanish; checked against Monte Carlo over neurons of the explicit projections (the
-    per-neuron features of test_gram_against_explicit_per_neuron_projections), not against the parity rule."""
+    per-neuron features of :func:`_mc_features`), not against the parity rule."""
     g = Spectrum.power_law(6).g
     modes = [Mode.parse(t) for t in ("z0", "z0*z1", "z0*z1*z2")]
     k = gram_matrix(modes, g, "relu", 0.5)
-    rng = np.random.default_rng(8)
     n = 200_000
-    a = rng.standard_normal(n)
-    wh = rng.standard_normal((n, 6)) * np.sqrt(g)
-    b = 0.5 * rng.standard_normal(n)
-    s = np.sqrt(np.sum(wh**2, axis=1))
-    feats = []
-    for m in modes:
-        p = m.degree
-        mono = np.prod([wh[:, i] ** o for i, o in m.items], axis=0)
-        G = np.sqrt(g) * (mono[:, None] * wh * _relu_mean_any(p + 2, b, s)[:, None])
-        for i, o in m.items:
-            G[:, i] += math.sqrt(g[i]) * o * mono / wh[:, i] * _relu_mean_any(p, b, s)
-        feats.append(np.concatenate([(mono * _relu_mean_any(p, b, s))[:, None], a[:, None] * G,
-                                     (a * mono * _relu_mean_any(p + 1, b, s))[:, None]], axis=1))
+    feats = _mc_features(modes, g, n, seed=8)
     for i in range(3):
         for j in range(i + 1, 3):
             vals = np.sum(feats[i] * feats[j], axis=1)
