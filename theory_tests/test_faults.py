@@ -127,6 +127,10 @@ def _interrupt_and_resume(reference, tmp_path, t_max: float, sig: int, kills: in
         _, err = proc.communicate(timeout=300)
         if proc.returncode == 0:  # it finished before the signal: nothing left to interrupt
             break
+        if proc.returncode == -signal.SIGINT and (out / "mlp.json").exists() and \
+                json.loads((out / "mlp.json").read_text()).get("complete"):
+            _check_files(out)  # the signal hit the exiting interpreter after the finished run was written
+            break
         if sig == signal.SIGKILL:
             assert proc.returncode == -signal.SIGKILL, err
         else:  # Ctrl-C during training: one line that says where the checkpoint is and how to go on
