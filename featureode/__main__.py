@@ -1,4 +1,4 @@
 """``python -m featureode …`` runs the command line (same as the ``featureode`` script)."""
-from .cli import main
+from .cli import run
 
-raise SystemExit(main())
+run()

@@ -15,15 +15,19 @@ integration by parts). Each activation is one SymPy expression ``σ(u)``; from i
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 import mpmath
 import numpy as np
 import sympy as sp
+from sympy.printing.numpy import SciPyPrinter
 
+from .cache import cached_text
 from .hermite import check_order
 from .mean_series import point_means
 from .quadrature import composite_mean, hermite_quad, hermite_quad_all
@@ -253,7 +257,7 @@ class Activation:
         if key in table:
             return table[key]
         if self.mean0 is not None:
-            f = sp.lambdify((B, S), self.mean_expr(k), modules=["scipy", "numpy"])
+            f = self._closed_mean_numpy(k)
 
             def fn(b: Any, s: Any, _f=f) -> np.ndarray:
                 b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
@@ -269,6 +273,16 @@ class Activation:
             fn = composite_mean(dj, k - j, kinks, nodes)
         table[key] = fn
         return fn
+
+    def _closed_mean_numpy(self, k: int) -> Callable[[Any, Any], Any]:
+        """The closed form ``m_k(b, s)`` printed as NumPy/SciPy source, from the disk cache (:mod:`featureode.cache`)
+        when present: its name hashes ``m_0``, ``k``, the SymPy version and this module, so a hit skips the
+        symbolic differentiation and simplification, and the function is the one ``sympy.lambdify`` would build."""
+        key = hashlib.sha256(f"{_SOURCE_VERSION}|{sp.__version__}|{sp.srepr(self.mean0)}|{k}".encode()).hexdigest()
+        path, _ = cached_text(f"mean_{key[:24]}.py", lambda: _mean_source(self.mean_expr(k)))
+        namespace: dict[str, Any] = {}
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        return namespace["m"]
 
     def numpy(self) -> Callable[[Any], np.ndarray]:
         """``σ`` as a NumPy function (overflow-safe forms of logistic and softplus sub-expressions)."""
@@ -294,6 +308,21 @@ class Activation:
                 y = y + 0 * x.clamp(-1, 1)
             return y
         return fn
+
+
+#: A hash of this module: an edited printer or activation calculus never reads a stale cached ``m_k`` source.
+_SOURCE_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+
+
+def _mean_source(expr: sp.Expr) -> str:
+    """Python source of ``m(b, s)`` evaluating ``expr`` with NumPy/SciPy, printed as ``sympy.lambdify`` prints it
+    for ``modules=["scipy", "numpy"]``."""
+    printer = SciPyPrinter({"fully_qualified_modules": True, "inline": True, "allow_unknown_functions": True,
+                            "user_functions": {}})
+    body = printer.doprint(expr)
+    imports = sorted({mod for mod in printer.module_imports})
+    lines = [f"import {mod}" for mod in imports if mod.split(".")[0] in ("numpy", "scipy")]
+    return "\n".join([*lines, "", "", "def m(b, s):", f"    return {body}", ""])
 
 
 _LOGISTIC = sp.Function("_logistic")  # 1/(1 + e^{-v})

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import integrate, ode
+from .cache import cached_text
 from .indexed import IndexedExpressionError, IndexSpace, axes
 
 #: Version of the generator: a hash of the modules that shape the generated code (this one, the Jacobian
@@ -58,13 +58,6 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 class CompileError(ValueError):
     """An unknown backend or a system the backend cannot translate."""
-
-
-def cache_dir() -> Path:
-    """Where generated modules live: ``$FEATUREODE_CACHE_DIR`` or ``~/.cache/featureode``."""
-    path = Path(os.environ.get("FEATUREODE_CACHE_DIR") or Path.home() / ".cache" / "featureode")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @dataclass(frozen=True)
@@ -431,12 +424,7 @@ def compile_system(system: ode.System, backend: str = "numpy") -> Compiled:
     if (backend, key) in _LOADED:
         return _LOADED[(backend, key)]
     start = time.perf_counter()
-    path = cache_dir() / f"{backend}_{key}.py"
-    from_cache = path.exists()
-    if not from_cache:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(generate_source(system, backend))
-        os.replace(tmp, path)
+    path, from_cache = cached_text(f"{backend}_{key}.py", lambda: generate_source(system, backend))
     modname = f"featureode_generated_{backend}_{key}"
     spec = importlib.util.spec_from_file_location(modname, path)
     module = importlib.util.module_from_spec(spec)

@@ -124,15 +124,15 @@ class Trajectory:
         """A flat dict with DESIGN §6 keys: ``modes``, ``target``, ``t``, ``loss``, …, ``t50``, ``t10``, every named
         array (``/`` nested), ``complete``, ``reached_t``, ``error`` (when set) and the ``meta`` keys."""
         out: dict[str, Any] = {"kind": self.kind, "name": self.name, "modes": list(self.modes),
-                               "target": np.asarray(self.target, float).tolist()}
+                               "target": np.asarray(self.target, float)}
         for key, attr in _CORE.items():
             val = getattr(self, attr)
             if val is not None:
-                out[key] = np.asarray(val, float).tolist()
+                out[key] = np.asarray(val, float)
         out["t50"], out["t10"] = self.t50, self.t10
         for name, arr in self.arrays.items():
             head, _, tail = name.partition("/")
-            value = np.asarray(arr).tolist()
+            value = np.asarray(arr)
             if tail:
                 out.setdefault(head, {})[tail] = value
             else:
@@ -244,6 +244,12 @@ def json_ready(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [json_ready(v) for v in obj]
     if isinstance(obj, np.ndarray):
+        if obj.dtype.kind in "biu":
+            return obj.tolist()
+        if obj.dtype.kind == "f":
+            if np.isfinite(obj).all():
+                return obj.astype(float).tolist()
+            return np.where(np.isfinite(obj), obj.astype(float), None).tolist()
         return json_ready(obj.tolist())
     if isinstance(obj, (np.floating, float)):
         x = float(obj)
@@ -287,9 +293,25 @@ def write_text(path: "str | Path", text: str) -> None:
     _atomic_bytes(Path(path), text.encode())
 
 
+def _dumps(obj: Any, indent: int, level: int = 0) -> str:
+    """``json.dumps(obj, indent=indent)``, except that a list holding no dict or list of dicts is written on one
+    line by the C encoder (an output's series are mostly numbers: one per line was slow to write and to read)."""
+    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
+    if isinstance(obj, dict) and obj:
+        items = [f"{inner}{json.dumps(k)}: {_dumps(v, indent, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and any(isinstance(v, dict) or (isinstance(v, list) and any(
+            isinstance(w, (dict, list)) for w in v)) for v in obj):
+        return "[\n" + ",\n".join(inner + _dumps(v, indent, level + 1) for v in obj) + "\n" + pad + "]"
+    return json.dumps(obj, allow_nan=False)
+
+
 def write_json(path: "str | Path", obj: Any, indent: int | None = 1) -> None:
-    """Write ``obj`` as strict JSON (:func:`json_ready`) atomically."""
-    write_text(path, json.dumps(json_ready(obj), indent=indent, allow_nan=False))
+    """Write ``obj`` as strict JSON (:func:`json_ready`) atomically: objects indented by ``indent`` (``None``: one
+    line), lists of numbers and strings on one line."""
+    ready = json_ready(obj)
+    text = json.dumps(ready, allow_nan=False) if indent is None else _dumps(ready, indent)
+    write_text(path, text)
 
 
 def write_npz(path: "str | Path", arrays: Mapping[str, np.ndarray]) -> None:

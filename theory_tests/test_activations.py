@@ -9,6 +9,7 @@ is double-precision Gauss–Legendre.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from functools import lru_cache
@@ -502,3 +503,22 @@ def test_hermite_all_matches_oracle_and_single_quadrature(name: str) -> None:
     for n in range(NMAX + 1):
         assert_close(got[n].value, ref[n], scale, what=f"{name} μ_{n}")
     assert got[15].value == pytest.approx(act.hermite(15, b, s).value, rel=1e-13, abs=1e-16)
+
+
+@pytest.mark.parametrize("name", ["relu", "erf", "gelu", "step"])
+def test_closed_mean_from_disk_cache_is_lambdify_without_derivation(name, tmp_path, monkeypatch):
+    """The NumPy m_k read back from the disk cache equals SymPy's lambdify of the simplified m_k bit for bit, and a
+    cache hit (a new process: a new Activation object) does no symbolic derivation at all."""
+    monkeypatch.setenv("FEATUREODE_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(3)
+    b, s = rng.normal(size=200), rng.uniform(0.05, 4.0, size=200)
+    act = get_activation(name)
+    fresh = dataclasses.replace(act, _derived=type(act._derived)())
+    for k in range(4):
+        want = np.asarray(sp.lambdify((B, S), act.mean_expr(k), modules=["scipy", "numpy"])(b, s), float)
+        got = fresh.mean_numpy(k)(b, s)
+        assert np.array_equal(np.broadcast_to(want, b.shape), got)
+    assert len(list(tmp_path.glob("mean_*.py"))) == 4
+    hit = dataclasses.replace(act, _derived=type(act._derived)())
+    monkeypatch.setattr(type(hit), "mean_expr", lambda self, k: pytest.fail("a cache hit derived m_k again"))
+    assert np.array_equal(hit.mean_numpy(3)(b, s), fresh.mean_numpy(3)(b, s))

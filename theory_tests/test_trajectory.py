@@ -125,3 +125,21 @@ def test_damaged_ode_result_is_refused(tmp_path):
     (tmp_path / "ode.npz").write_bytes(b"PK\x03\x04 not a zip")
     with pytest.raises(TrajectoryFileError, match="ode.npz is damaged"):
         ODEResult.load(tmp_path)
+
+
+def test_write_json_layout_round_trips_and_keeps_series_on_one_line(tmp_path):
+    """write_json: any nesting of objects and lists reads back equal with json.load (NaN/inf as null, NumPy
+    arrays as lists); objects are indented, a list of numbers takes one line."""
+    import json
+
+    from featureode.trajectory import write_json
+    obj = {"a": np.array([1.0, np.nan, np.inf, -2.5]), "b": {"c": [{"x": np.float32(1.5)}, {"y": []}], "d": {}},
+           "e": np.arange(6).reshape(2, 3), "f": [[1, [2, 3]], [4]], "g": "text", "h": None, "i": [True, False]}
+    want = {"a": [1.0, None, None, -2.5], "b": {"c": [{"x": 1.5}, {"y": []}], "d": {}},
+            "e": [[0, 1, 2], [3, 4, 5]], "f": [[1, [2, 3]], [4]], "g": "text", "h": None, "i": [True, False]}
+    write_json(tmp_path / "x.json", obj)
+    text = (tmp_path / "x.json").read_text()
+    assert json.loads(text) == want
+    assert ' "a": [1.0, null, null, -2.5],' in text.splitlines()
+    write_json(tmp_path / "y.json", obj, indent=None)
+    assert json.loads((tmp_path / "y.json").read_text()) == want and "\n" not in (tmp_path / "y.json").read_text()
