@@ -381,8 +381,12 @@ class _Dask:
                 raise SweepError(f"the Dask scheduler at {address!r} did not answer within {SCHEDULER_TIMEOUT_S} s "
                                  f"({_one_line(exc)}); start it (`dask scheduler`) or check --scheduler") from None
         else:
-            # a worker that dies fails its task at once (KilledWorker): the sweep's own single retry handles it
-            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            # a worker that dies fails its task at once (KilledWorker): the sweep's own single retry handles it.
+            # The workers' statistical profiler (a thread sampling every stack each 10 ms) and GIL monitor compete
+            # with the training for the GIL and a core; a sweep's tasks are whole runs and need neither.
+            with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                                  "distributed.worker.profile.enabled": False,
+                                  "distributed.admin.system-monitor.gil.enabled": False}):
                 self._cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
                                              dashboard_address=None, silence_logs=logging.ERROR)
                 self.client = Client(self._cluster)

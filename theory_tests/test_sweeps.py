@@ -314,3 +314,35 @@ def test_a_batched_group_equals_its_runs_alone(tmp_path, monkeypatch):
     assert calls == [2, 1, 1]  # compare_config reused the batch's mlp.json; alone, each run trains once
     for a, b in zip(together, separate):
         assert a.ok and b.ok and a.mlp == b.mlp and a.variants == b.variants
+
+
+@pytest.mark.parametrize("executor", ["local", "dask"])
+def test_a_worker_that_dies_is_replaced_and_its_run_retried(executor, tmp_path, monkeypatch):
+    """A worker process killed in the middle of a run (``os._exit``, no exception) loses nothing: its run is
+    retried once on a new worker and the table equals the in-process one."""
+    if executor == "dask":
+        pytest.importorskip("distributed")
+        import cloudpickle
+
+        import _dying
+        cloudpickle.register_pickle_by_value(_dying)  # the Dask workers need not import the test folder
+    import functools
+    import os
+
+    import _dying
+    grid_path = _write(tmp_path, ODE_GRID.replace("seeds = [0, 1]", "seeds = [0]"))
+    victim = "expr-z0_richness0.5"
+    monkeypatch.setattr(sweeps, "execute", functools.partial(_dying.dying_execute, marker_dir=str(tmp_path),
+                                                             victim=victim))
+    ex = make_executor(executor, 2)
+    try:
+        result = run_sweep(load_grid(grid_path), tmp_path / "swept", executor=ex, ode_only=True, progress=False)
+    finally:
+        ex.close()
+    pid = int((tmp_path / f"died_{victim}").read_text())
+    assert pid != os.getpid()                               # a worker died, not this process
+    assert not result.failed and len(result.outcomes) == 4
+    monkeypatch.undo()
+    run_sweep(load_grid(grid_path), tmp_path / "inline", ode_only=True, progress=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "swept" / "results.csv"),
+                                  pd.read_csv(tmp_path / "inline" / "results.csv"))
