@@ -271,8 +271,10 @@ def derive_document(cfg: Any, theory: Any = None) -> str:
     terms = [t for t in _all_terms() if t.name in used]
     terms += [v.closure_obj.term for v in variants if v.closure_obj.term is not None
               and v.closure_obj.term.name not in {t.name for t in terms}]
-    items = "\n".join(rf"\item[\texttt{{{tex_text(t.name)}}}] {tex_text(t.doc)}: "
-                      rf"$\displaystyle {expr_latex(t.body)}$ (removed: ${expr_latex(t.neutral)}$)" for t in terms)
+    # each term's body on its own displayed line: an inline formula cannot break and overflowed the margin
+    items = "\n".join(rf"\item[\texttt{{{tex_text(t.name)}}}] {tex_text(t.doc)}:"
+                      rf"\[ {expr_latex(t.body)} \qquad \text{{(removed: ${expr_latex(t.neutral)}$)}} \]"
+                      for t in terms)
     parts = [r"\documentclass[11pt]{article}", r"\usepackage[margin=2cm]{geometry}",
              r"\usepackage{amsmath,amssymb}",
              r"\allowdisplaybreaks", r"\begin{document}",
