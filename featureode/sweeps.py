@@ -41,6 +41,8 @@ MAX_RUNS_WITHOUT_YES = 10_000
 SCHEDULER_TIMEOUT_S = 10
 #: The most networks trained together in one batch on a GPU.
 MAX_BATCH = 64
+#: The most ODE-only runs solved together in one task.
+ODE_GROUP = 32
 #: Columns of ``results.csv`` after the varied keys (DESIGN §7; ``t_max`` is the resolved horizon).
 RESULT_COLUMNS = ("seed", "variant", "t50", "t10", "t50_ratio", "t10_ratio", "log_rms", "mlp_t50", "mlp_t10",
                   "t_max", "status", "run")
@@ -231,6 +233,9 @@ def execute(group: Sequence[RunTask]) -> list[RunOutcome]:
             outcomes[i] = found
         else:
             todo.append((i, task, cfg))
+    if len(todo) > 1 and all(t.ode_only for _, t, _ in todo):
+        outcomes.update(_solve_many(todo))
+        todo = []
     train = [(t, c) for _, t, c in todo if not t.ode_only and not _trained(Path(t.run_dir), c)]
     if len(train) > 1:
         from .mlp import simulate_batch
@@ -242,6 +247,34 @@ def execute(group: Sequence[RunTask]) -> list[RunOutcome]:
     for i, task, cfg in todo:
         outcomes[i] = _run_one(task, cfg)
     return [outcomes[i] for i in range(len(group))]
+
+
+def _solve_many(todo: Sequence[tuple[int, RunTask, Config]]) -> dict[int, RunOutcome]:
+    """ODE-only runs solved together: :func:`featureode.kernel.kernel_theory_batch` (each spectrum, target and
+    network built once) and :func:`featureode.solve.solve_batch` (each variant's system compiled once, every solve in
+    machine code). If the batch cannot be built (e.g. one config's kernel fails), each run is computed on its own so
+    that its error stays its own."""
+    from .kernel import kernel_theory_batch
+    from .solve import solve_batch
+
+    try:
+        theories: dict[int, Any] = {}
+        for basis in ("target", "extended"):
+            part = [(i, c) for i, _, c in todo if c.ode.basis == basis]
+            if part:
+                built = kernel_theory_batch([c for _, c in part], with_gram=basis == "extended")
+                theories.update({i: th for (i, _), th in zip(part, built)})
+        solve_batch([c for _, _, c in todo], [theories[i] for i, _, _ in todo], [t.run_dir for _, t, _ in todo])
+    except Exception:  # noqa: BLE001 — each run then reports its own error
+        return {i: _run_one(task, cfg) for i, task, cfg in todo}
+    out = {}
+    for i, task, cfg in todo:
+        found = _outcome_from_files(task, read_json(Path(task.run_dir) / "config.json"))
+        out[i] = found if found is not None else RunOutcome(task.name, cfg.training.seed,
+                                                            "TrajectoryFileError: no readable result after the run",
+                                                            cfg.training.t_max)
+        out[i].reused = False
+    return out
 
 
 def _trained(folder: Path, cfg: Config) -> bool:
@@ -300,6 +333,15 @@ def batch_groups(cfgs: Sequence[Config], cuda: bool, max_size: int = MAX_BATCH) 
     return sorted((g for chunks in groups.values() for g in chunks), key=lambda g: g[0])
 
 
+def ode_groups(tasks: Sequence[RunTask], workers: int, max_size: int | None = None) -> list[tuple[RunTask, ...]]:
+    """ODE-only runs in consecutive groups solved together (:func:`_solve_many`): at least four groups per worker
+    (so the workers stay busy to the end) and at most ``max_size`` (default :data:`ODE_GROUP`) runs per group
+    (progress and retries stay fine-grained)."""
+    cap = ODE_GROUP if max_size is None else max_size
+    size = max(1, min(cap, math.ceil(len(tasks) / (4 * max(1, workers)))))
+    return [tuple(tasks[k:k + size]) for k in range(0, len(tasks), size)]
+
+
 def _uses_cuda(cfgs: Sequence[Config]) -> bool:
     """Does any config train on a CUDA device here (``device = "cuda…"``, or ``"auto"`` with CUDA available)?"""
     if all(c.training.device == "cpu" for c in cfgs):
@@ -316,7 +358,7 @@ def _uses_cuda(cfgs: Sequence[Config]) -> bool:
 class _Inline:
     """Runs each task in this process when it is submitted (``jobs = 1``)."""
 
-    capacity = 1
+    capacity = workers = 1
     retryable: tuple[type[BaseException], ...] = ()
 
     def submit(self, fn: Callable, arg: Any) -> cf.Future:
@@ -339,7 +381,8 @@ class _LocalPool:
     dying worker is replaced for the next submission."""
 
     def __init__(self, jobs: int) -> None:
-        self.jobs, self.capacity = jobs, 2 * jobs
+        self.jobs = self.workers = jobs
+        self.capacity = 2 * jobs
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["featureode.sweeps"])
         self._ctx, self._pool = ctx, None
@@ -391,6 +434,7 @@ class _Dask:
                                              dashboard_address=None, silence_logs=logging.ERROR)
                 self.client = Client(self._cluster)
         self.capacity = 1 << 30
+        self.workers = jobs if self._cluster is not None else max(1, len(self.client.scheduler_info()["workers"]))
 
     def submit(self, fn: Callable, arg: Any) -> Any:
         return self.client.submit(fn, arg, pure=False)
@@ -749,7 +793,7 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Any = None, ode_only: boo
     executor = executor if executor is not None else _Inline()
     probes = [_probe_config(t) for t in todo] if not ode_only else []
     groups = [tuple(todo[i] for i in g) for g in batch_groups(probes, _uses_cuda(probes))] if probes \
-        else [(t,) for t in todo]
+        else ode_groups(todo, getattr(executor, "workers", 1))
     bar = tqdm(total=len(runs), initial=reused, desc=f"sweep {grid.name}", unit="run", disable=not progress,
                dynamic_ncols=True)
     last_write = 0.0

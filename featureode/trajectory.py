@@ -242,6 +242,13 @@ def json_ready(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
+        if len(obj) >= 8 and isinstance(obj[0], (float, list)):  # a series: converted at once when numeric
+            try:
+                arr = np.asarray(obj)
+            except ValueError:  # ragged
+                arr = None
+            if arr is not None and arr.dtype.kind == "f":
+                return json_ready(arr)
         return [json_ready(v) for v in obj]
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind in "biu":
@@ -294,14 +301,15 @@ def write_text(path: "str | Path", text: str) -> None:
 
 
 def _dumps(obj: Any, indent: int, level: int = 0) -> str:
-    """``json.dumps(obj, indent=indent)``, except that a list holding no dict or list of dicts is written on one
-    line by the C encoder (an output's series are mostly numbers: one per line was slow to write and to read)."""
+    """``json.dumps(obj, indent=indent)``, except that a list is written on one line by the C encoder unless its
+    first entry is an object or a list of objects or lists (an output's series are numbers: one per line was slow to
+    write and to read). The text is the same JSON either way; only the layout differs."""
     pad, inner = " " * (indent * level), " " * (indent * (level + 1))
     if isinstance(obj, dict) and obj:
         items = [f"{inner}{json.dumps(k)}: {_dumps(v, indent, level + 1)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and any(isinstance(v, dict) or (isinstance(v, list) and any(
-            isinstance(w, (dict, list)) for w in v)) for v in obj):
+    if isinstance(obj, list) and obj and (isinstance(obj[0], dict) or (
+            isinstance(obj[0], list) and obj[0] and isinstance(obj[0][0], (dict, list)))):
         return "[\n" + ",\n".join(inner + _dumps(v, indent, level + 1) for v in obj) + "\n" + pad + "]"
     return json.dumps(obj, allow_nan=False)
 

@@ -134,6 +134,7 @@ def test_failing_run_is_retried_once_then_recorded(tmp_path, monkeypatch):
         return real(task, cfg)
 
     monkeypatch.setattr(sweeps, "_run_one", flaky)
+    monkeypatch.setattr(sweeps, "ODE_GROUP", 1)  # one run per task, so that each goes through _run_one
     res = run_sweep(load_grid(grid_path), tmp_path / "out", ode_only=True, progress=False)
     assert calls["expr-z0_richness0.05"] == 2 and calls["expr-z1_richness0.5"] == 2
     assert [o.name for o in res.failed] == ["expr-z1_richness0.5"]
@@ -346,3 +347,33 @@ def test_a_worker_that_dies_is_replaced_and_its_run_retried(executor, tmp_path, 
     run_sweep(load_grid(grid_path), tmp_path / "inline", ode_only=True, progress=False)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "swept" / "results.csv"),
                                   pd.read_csv(tmp_path / "inline" / "results.csv"))
+
+
+def test_ode_only_runs_solved_in_batches_equal_runs_solved_alone(tmp_path, monkeypatch):
+    """--ode-only groups runs (kernel_theory_batch + solve_batch per group); every ode.json equals solve_config's
+    on the run's own config, and a batch that cannot be built falls back to one run at a time."""
+    import numpy as np
+
+    from featureode.solve import solve_config
+    from featureode.trajectory import ODEResult
+    grid_path = _write(tmp_path, ODE_GRID)
+    grid = load_grid(grid_path)
+    groups = sweeps.ode_groups(list(range(8)), workers=1)
+    assert [len(g) for g in groups] == [2, 2, 2, 2]
+    res = run_sweep(grid, tmp_path / "batched", ode_only=True, progress=False)
+    assert not res.failed and res.computed == 8
+    for p, task in sweeps.plan(grid, tmp_path / "batched", ode_only=True):
+        got = ODEResult.load(task.run_dir)
+        want = solve_config(task.config())
+        for name, tr in want.variants.items():
+            assert np.array_equal(got.variants[name].loss, tr.loss) and got.variants[name].t10 == tr.t10
+    seen = []
+
+    def broken(cfgs, **kw):
+        seen.append(len(cfgs))
+        raise RuntimeError("batch broken")
+    monkeypatch.setattr("featureode.kernel.kernel_theory_batch", broken)
+    res = run_sweep(grid, tmp_path / "fallback", ode_only=True, progress=False)
+    assert seen == [2, 2, 2, 2] and not res.failed
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "fallback" / "results.csv"),
+                                  pd.read_csv(tmp_path / "batched" / "results.csv"))
