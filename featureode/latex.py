@@ -219,7 +219,7 @@ def _constants(theory: Any) -> str:
     rows = [[f"${mode_latex(m)}$", f"${_num(float(vb))}$", f"${_num(le)}$"] + ([f"${_num(se, 2)}$"] if sampled else [])
             + [f"${_num(lh)}$", f"${_num(float(m.g_power(g)))}$"]
             for m, vb, le, se, lh in zip(theory.modes, np.asarray(theory.target, float), lam_e, err, lam_h)]
-    header = ([r"$\beta$", r"$v_\beta$", r"$\lambda_\beta(0)$ exact"] + (["std.\ error"] if sampled else [])
+    header = ([r"$\beta$", r"$v_\beta$", r"$\lambda_\beta(0)$ exact"] + ([r"std.\ error"] if sampled else [])
               + [r"$\lambda_\beta(0)$ HEA", r"$g^\beta$"])
     modes = _table(header, rows)
     lev = _table(["$l$", r"$\Lambda_l$", "$c_l$"],
