@@ -6,6 +6,7 @@ crosses: the ratio is only bounded) makes the case count as outside both bands, 
 cases there are. No constant is fitted: these are the suites' own numbers.
 
     python docs/validation/closure_scores.py OUT/results.csv [OUT2/results.csv ...] [--title TEXT] [--out FILE.md]
+                                             [--query PANDAS_QUERY]
 """
 from __future__ import annotations
 
@@ -58,8 +59,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("results", nargs="+", type=Path, help="results.csv of one or more sweeps (concatenated)")
     p.add_argument("--title", default="closure scores", help="heading of the table")
     p.add_argument("--out", type=Path, help="write the Markdown here (default: print it)")
+    p.add_argument("--query", help="score only the rows this pandas query selects, e.g. "
+                   "'`network.richness` <= 0.01' (the lazy cases)")
     args = p.parse_args(argv)
-    table = scores(pd.concat([pd.read_csv(f) for f in args.results], ignore_index=True))
+    results = pd.concat([pd.read_csv(f) for f in args.results], ignore_index=True)
+    if args.query:
+        results = results.query(args.query)
+        if results.empty:
+            raise SystemExit(f"--query {args.query!r} selects no row")
+    table = scores(results)
     text = markdown(table, args.title)
     if args.out:
         args.out.write_text(text)
