@@ -74,6 +74,10 @@ def median_time(fn, repeat: int = 7) -> Timing:
     return Timing(statistics.median(walls), statistics.median(cpus))
 
 
+#: Fresh ``featureode solve`` processes timed per basis; the table gives the median.
+FRESH_RUNS = 5
+
+
 def child_time(cmd: list[str]) -> Timing:
     """Wall and CPU (user + system of the child) time of a subprocess."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -164,7 +168,8 @@ def bench_fresh(basis: str) -> tuple[Timing, str]:
         cfg_path.write_text(text.replace('basis = "extended"', f'basis = "{basis}"'))
         cmd = [sys.executable, "-m", "featureode", "solve", str(cfg_path), "--out", str(Path(tmp) / "out")]
         subprocess.run(cmd, env=ENV, capture_output=True, check=True, cwd=ROOT)  # the disk caches warm
-        wall = child_time(cmd)
+        runs = sorted((child_time(cmd) for _ in range(FRESH_RUNS)), key=lambda r: r[0])
+        wall = runs[len(runs) // 2]  # the median of FRESH_RUNS fresh processes (one is at the mercy of the load)
         imp = subprocess.run([sys.executable, "-X", "importtime", *cmd[1:]], env=ENV, capture_output=True,
                              text=True, cwd=ROOT).stderr
     rows = []
@@ -229,7 +234,8 @@ def main() -> None:
                      f"**{totals[method]['extended'].ms(0)}** |")
     lines.append(f"| every variant, CPU: LSODA / rodas4 | {odes['LSODA']['target'][1] / odes['rodas4']['target'][1]:.0f}× | "
                  f"{odes['LSODA']['extended'][1] / odes['rodas4']['extended'][1]:.1f}× |")
-    lines += [f"| `featureode solve` fresh process | {fresh['target'][0].s()} | {fresh['extended'][0].s()} |"]
+    lines += [f"| `featureode solve` fresh process (median of {FRESH_RUNS}) | {fresh['target'][0].s()} | "
+              f"{fresh['extended'][0].s()} |"]
     if mlp is not None:
         lines += [f"| MLP run (`featureode simulate`, default config, 1 thread) | {mlp.s()} | same |",
                   f"| MLP / (kernel + every variant, rodas4), CPU | {mlp[1] / totals['rodas4']['target'][1]:.0f}× | "
@@ -246,7 +252,7 @@ def main() -> None:
              ("extended basis ≤ 200 ms", totals["rodas4"]["extended"][1] <= 0.200,
               f"{totals['rodas4']['extended'].ms(0)}, of which the ODE {odes['rodas4']['extended'].ms(0)}"),
              ("batch of 1000 ≤ 10 s", total[1] <= 10, f"{total.s()}, of which the ODE {batch['ode_s'].s()}"),
-             ("`featureode solve` fresh ≤ 2 s", fresh["target"][0][1] <= 2,
+             ("`featureode solve` fresh ≤ 2 s", max(fresh["target"][0][1], fresh["extended"][0][1]) <= 2,
               f"{fresh['target'][0].s()} (target basis), {fresh['extended'][0].s()} (extended)")]
     lines += ["Goals (judged on CPU time):", ""] + [f"- {name}: **{'met' if ok else 'MISSED'}** ({what})."
                                                     for name, ok, what in goals]
