@@ -56,23 +56,26 @@ def run_diagnosis(folder: Path) -> dict | None:
         rep = json.loads((folder / "report.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    target = np.asarray(ode["target"], float)
+    # the network measures the target's modes (mlp.json "modes"); the ODE's basis may hold more (extended)
+    target = np.asarray(mlp["target"], float)
     lam_m = np.asarray(mlp["lambda"], float)
     t_m = np.asarray(mlp["t"], float)
     weighted = [b for b in range(len(target)) if abs(target[b]) > 1e-12 and lam_m[0, b] > 0]
     beta = min(weighted, key=lambda b: lam_m[0, b]) if weighted else None
+    mode = mlp["modes"][beta] if beta is not None else None
+    beta_ode = ode["modes"].index(mode) if mode in ode["modes"] else None
     when = mlp.get("t10") or mlp.get("t50")
-    out = {"mlp_t50": mlp.get("t50"), "mlp_t10": mlp.get("t10"), "mode": ode["modes"][beta] if beta is not None
-           else None, "at": "t10" if mlp.get("t10") else "t50", "variants": {}}
+    out = {"mlp_t50": mlp.get("t50"), "mlp_t10": mlp.get("t10"), "mode": mode,
+           "at": "t10" if mlp.get("t10") else "t50", "variants": {}}
     known = beta is not None and when is not None
     out["measured"] = _at(t_m, lam_m[:, beta], when) / lam_m[0, beta] if known else math.nan
     measured_integral = _integral(t_m, lam_m[:, beta], when) if known else math.nan
     for name, v in rep["variants"].items():
         entry = {"t50_ratio": v.get("t50_ratio"), "t10_ratio": v.get("t10_ratio")}
         tr = ode["variants"].get(name)
-        if tr is not None and known and "lambda" in tr:
+        if tr is not None and known and beta_ode is not None and "lambda" in tr:
             lam = np.asarray(tr["lambda"], float)
-            entry["growth"] = _integral(np.asarray(tr["t"], float), lam[:, beta], when) / measured_integral
+            entry["growth"] = _integral(np.asarray(tr["t"], float), lam[:, beta_ode], when) / measured_integral
         out["variants"][name] = entry
     return out
 

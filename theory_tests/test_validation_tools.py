@@ -1,0 +1,75 @@
+"""The scoring and diagnosis scripts of docs/validation (issue 14, item 6) on synthetic sweeps with known answers."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pd = pytest.importorskip("pandas")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "validation" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_scores_count_cases_on_seed_means_and_bounded_ones():
+    """Two cases × two seeds: case a has seed-mean ratios 1.05 / 0.95 (inside ±10%), case b 1.15 / 1.0 (inside ±20%
+    only); a case with a missing ratio counts as outside both bands and as bounded."""
+    cs = _load("closure_scores")
+    rows = []
+    for case, (r50, r10) in {"a": ((1.0, 1.1), (0.9, 1.0)), "b": ((1.1, 1.2), (1.0, 1.0)),
+                             "c": ((1.0, 1.0), (1.0, math.nan))}.items():
+        for seed in (0, 1):
+            rows.append({"target.expr": case, "seed": seed, "variant": "v", "t50_ratio": r50[seed],
+                         "t10_ratio": r10[seed], "status": "ok", "t50": 1, "t10": 1})
+    table = cs.scores(pd.DataFrame(rows))
+    row = table.iloc[0]
+    assert row["cases"] == 3 and row["within ±10%"] == "1/3 (33%)" and row["within ±20%"] == "2/3 (67%)"
+    assert row["no ratio (bounded)"] == 1 and row["worst case (t50 / t10 ratio)"] == "target.expr=b: 1.15 / 1"
+
+
+def _run(folder: Path, scale: float, replay_scale: float = 1.0) -> None:
+    """A run whose network has λ(t) = λ0 (1 + t) and whose ODE variant 'v' predicts ``scale`` times that."""
+    folder.mkdir(parents=True)
+    t = np.linspace(0, 10, 41)
+    lam = np.stack([0.5 * (1 + t), 0.1 * (1 + t)], axis=1)
+    (folder / "mlp.json").write_text(json.dumps({"t": t.tolist(), "lambda": lam.tolist(), "t50": 2.0, "t10": 8.0,
+                                                 "modes": ["z0", "z0*z1"], "target": [0.6, 0.8]}))
+    to = np.linspace(0, 20, 81)
+    lam_o = np.stack([0.5 * (1 + to), 0.1 * (1 + to), 0.3 + 0 * to], axis=1)
+    variants = {"v": {"t": to.tolist(), "lambda": (scale * lam_o).tolist()},
+                "replay": {"t": to.tolist(), "lambda": (replay_scale * lam_o).tolist()}}
+    (folder / "ode.json").write_text(json.dumps({"modes": ["z0", "z0*z1", "z1"], "target": [0.6, 0.8, 0.0],
+                                                 "variants": variants}))
+    (folder / "report.json").write_text(json.dumps({"variants": {
+        "v": {"t50_ratio": 1 / scale, "t10_ratio": 1 / scale},
+        "replay": {"t50_ratio": 1 / replay_scale, "t10_ratio": 1 / replay_scale}}}))
+    (folder / "config.json").write_text(json.dumps({"config": {
+        "network": {"activation": "relu", "richness": 0.5, "bias_std": 0.5, "width": 64},
+        "target": {"expr": "z0 + z0*z1"}, "data": {"dim": 4, "exponent": 1.5}}}))
+
+
+def test_diagnosis_integrated_eigenvalue_ratio_and_reading(tmp_path):
+    """The slow mode is z0*z1 (smallest λ(0) among the target's modes), found by name in a larger ODE basis; its
+    measured growth λ(8)/λ(0) = 9 exactly and ∫λ of the variant over the measured one equals the scale; the reading
+    is 'closure … too fast' when replay agrees and 'backbone' when replay misses by more than 10%."""
+    cd = _load("closure_diagnosis")
+    t = np.linspace(0, 4, 9)
+    assert cd._integral(t, 3 * t + 1, 3.0) == pytest.approx(1.5 * 9 + 3)  # trapezoid is exact on lines
+    assert math.isnan(cd._integral(t, t, 5.0))
+    _run(tmp_path / "ok" / "runs" / "case", scale=1.5)
+    d = cd.run_diagnosis(tmp_path / "ok" / "runs" / "case")
+    assert d["mode"] == "z0*z1" and d["at"] == "t10" and d["measured"] == pytest.approx(9.0)
+    assert d["variants"]["v"]["growth"] == pytest.approx(1.5, rel=1e-12)
+    text = cd.diagnose(tmp_path / "ok", reference="v")
+    assert "closure, λ too fast: 1" in text and "closure: ∫λ 1.50× the measured" in text
+    _run(tmp_path / "bad" / "runs" / "case", scale=1.5, replay_scale=1.25)
+    assert "backbone (replay 0.80 / 0.80)" in cd.diagnose(tmp_path / "bad", reference="v")
