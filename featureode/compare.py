@@ -28,7 +28,9 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
     the closure diagnostics ``report_diagnostics.png`` (:func:`featureode.diagnostics.save_diagnostics`).
     ``figure_variant``: the ODE variant(s) of the figure's mode and eigenvalue panels (default ``displacement``).
     The variant ``replay`` (:func:`featureode.replay.replay`, driven by this simulation's measured eigenvalues, so
-    never parameter-free) is added to ``ode.json`` after the simulation. The folder is locked while it runs
+    never parameter-free) is added to ``ode.json`` after the simulation; on the extended basis the simulation then
+    measures the Gram on every mode of that basis (a finished simulation that measured fewer is reused, with a
+    warning). The folder is locked while it runs
     (:func:`featureode.runs.locked`). Returns the :class:`Report`."""
     from .solve import solve_config
     from .variants import REPLAY, variants_from_config
@@ -40,7 +42,14 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
     with runs.locked(out):
         t0 = time.time()
         ode = solve_config(cfg, out, allow_replay=True)  # a failed variant keeps its partial curve (status.error)
-        mlp = runs.mlp_trajectory(cfg, out, progress=progress)
+        # a replay on the extended basis needs the measured Gram on all of the ODE's modes
+        extended_replay = with_replay and cfg.ode.basis == "extended"
+        mlp = runs.mlp_trajectory(cfg, out, progress=progress, modes=list(ode.modes) if extended_replay else None)
+        if extended_replay and not set(ode.modes) <= set(mlp.modes):
+            warnings.warn(f"{out / 'mlp.json'} measured {len(mlp.modes)} of the {len(ode.modes)} modes of the extended "
+                          "basis (a simulation finished before replay was asked for); replay uses those. Delete "
+                          "mlp.json, mlp.npz and checkpoint.pt there to train again measuring all of them",
+                          stacklevel=2)
         if with_replay:
             ode = _with_replay(cfg, ode, mlp, out)
         report = build_report(cfg, ode, mlp, wall_s=time.time() - t0)

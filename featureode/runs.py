@@ -26,7 +26,7 @@ import time
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from .config import MLP_SECTIONS, Config, config_from_dict
 from .trajectory import ODEResult, Trajectory, TrajectoryFileError, write_json
@@ -280,9 +280,14 @@ def cached_report(out: "str | Path", cfg: Config) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("digest") == cfg.digest() else None
 
 
-def mlp_trajectory(cfg: Config, out: "str | Path", progress: bool = True) -> Trajectory:
+def mlp_trajectory(cfg: Config, out: "str | Path", progress: bool = True,
+                   modes: "Sequence[str] | None" = None) -> Trajectory:
     """The MLP of ``cfg`` in ``out``: the finished simulation there, or a new one (resumed from ``checkpoint.pt``
-    when one is present), written to ``out/mlp.json``/``mlp.npz``. A damaged checkpoint is refused, naming it."""
+    when one is present), written to ``out/mlp.json``/``mlp.npz``. A damaged checkpoint is refused, naming it.
+
+    ``modes``: modes to measure besides the target's (e.g. the ODE's extended basis, for ``replay``). A finished
+    simulation is reused even when it measured fewer (a training is not repeated for measurements); the caller
+    sees which in ``Trajectory.modes``."""
     from .mlp import simulate_config
 
     out = Path(out)
@@ -293,5 +298,5 @@ def mlp_trajectory(cfg: Config, out: "str | Path", progress: bool = True) -> Tra
     if not _readable_archive(checkpoint):
         raise TrajectoryFileError(f"{checkpoint} is damaged (not a readable archive); delete it to start the "
                                   "simulation afresh, or rerun with --force")
-    simulate_config(cfg, out, resume=checkpoint.exists(), progress=progress)
+    simulate_config(cfg, out, resume=checkpoint.exists(), progress=progress, modes=modes)
     return Trajectory.load(out, "mlp")

@@ -141,3 +141,40 @@ def test_compare_adds_replay_and_diagnostics(tmp_path):
     assert set(report["variants"]) == {"lazy", "replay", "displacement"}
     assert (out / "report_diagnostics.png").stat().st_size > 10_000
     assert main(["solve", str(cfg_path), "--out", str(tmp_path / "solve")]) == 2
+
+
+def test_compare_on_the_extended_basis_measures_every_mode_for_replay(tmp_path):
+    """With ``replay`` on the extended basis, the simulation measures the Gram on all of the ODE's modes, so the
+    replay runs on the same basis as the closures; a finished simulation that measured fewer is reused with a
+    warning that names the fix."""
+    import warnings
+
+    from featureode.cli import main
+    from featureode.trajectory import ODEResult
+
+    root = Path(__file__).resolve().parents[1]
+    cfg_path = tmp_path / "small.toml"
+    text = ((root / "featureode" / "defaults" / "default.toml").read_text()
+            .replace("width = 1024", "width = 64").replace("batch = 2048", "batch = 128")
+            .replace("t_max = 300.0", "t_max = 5.0").replace("dim = 16", "dim = 8")
+            .replace("seed = 0", "seed = 0\nn_test = 1000\nn_points = 8\nntk_probe = 32"))
+    cfg_path.write_text(text.replace('variants = ["lazy", "agop", "displacement"]', 'variants = ["lazy", "replay"]'))
+    out = tmp_path / "out"
+    assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
+    ode, mlp = ODEResult.load(out), Trajectory.load(out, "mlp")
+    assert len(ode.modes) > 2 and mlp.modes == ode.modes                       # target modes first, then the rest
+    rep = ode.variants["replay"]
+    assert rep.status.error is None and tuple(rep.modes) == tuple(ode.modes)
+    gram = np.asarray(mlp.arrays["gram"])
+    assert gram.shape == (mlp.t.size, len(ode.modes), len(ode.modes))
+    np.testing.assert_allclose(gram, np.swapaxes(gram, 1, 2), atol=1e-12)  # a Gram matrix is symmetric
+    # a simulation of the target basis (fewer measured modes) is reused on the extended basis, with a warning
+    other = tmp_path / "other"
+    cfg_path.write_text(text.replace('basis = "extended"', 'basis = "target"')
+                        .replace('variants = ["lazy", "agop", "displacement"]', 'variants = ["lazy", "replay"]'))
+    assert main(["compare", str(cfg_path), "--out", str(other), "--quiet"]) == 0
+    cfg_path.write_text(text.replace('variants = ["lazy", "agop", "displacement"]', 'variants = ["lazy", "replay"]'))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["compare", str(cfg_path), "--out", str(other), "--quiet", "--force"]) == 0
+    assert any("replay uses those. Delete mlp.json" in str(w.message) for w in caught)
