@@ -68,10 +68,15 @@ def _inside(kind, lo, hi, lo_open, hi_open):
 UPPER = {("data", "dim"), ("training", "seed"), ("training", "stop_loss"), ("ode", "rtol")}
 
 
+#: keys whose lower end in NUMERIC is a margin kept for other defaults, with the value at which they are refused
+#: (t_max > 0: 1.0 only keeps random valid configs above the default t_min = 0.1, and t_max = 1.0 is valid)
+REFUSED_AT = {("training", "t_max"): 0.0}
+
+
 def _outside(kind, lo, hi, lo_open, hi_open, key=None):
     """Values that are wrong for the key: below the range, non-finite, non-numbers, fractions for integers, and
     above the range for the keys of ``UPPER``."""
-    below = st.just(lo) if lo_open else (st.integers(lo - 10**6, lo - 1) if kind == "int"
+    below = st.just(REFUSED_AT[key]) if key in REFUSED_AT else st.just(lo) if lo_open else (st.integers(lo - 10**6, lo - 1) if kind == "int"
                                           else st.floats(lo - 1e6, lo, exclude_max=True))
     wrong = [below, st.just(math.nan), st.just(INF), st.just(-INF), st.just(True), st.just("1"),
              st.just([1]), st.just(None)]
