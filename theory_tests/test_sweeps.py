@@ -321,16 +321,15 @@ def test_a_batched_group_equals_its_runs_alone(tmp_path, monkeypatch):
 def test_a_worker_that_dies_is_replaced_and_its_run_retried(executor, tmp_path, monkeypatch):
     """A worker process killed in the middle of a run (``os._exit``, no exception) loses nothing: its run is
     retried once on a new worker and the table equals the in-process one."""
-    if executor == "dask":
-        pytest.importorskip("distributed")
-        import cloudpickle
-
-        import _dying
-        cloudpickle.register_pickle_by_value(_dying)  # the Dask workers need not import the test folder
     import functools
     import os
 
     import _dying
+    if executor == "dask":
+        pytest.importorskip("distributed")
+        import cloudpickle
+
+        cloudpickle.register_pickle_by_value(_dying)  # the Dask workers need not import the test folder
     grid_path = _write(tmp_path, ODE_GRID.replace("seeds = [0, 1]", "seeds = [0]"))
     victim = "expr-z0_richness0.5"
     monkeypatch.setattr(sweeps, "execute", functools.partial(_dying.dying_execute, marker_dir=str(tmp_path),
