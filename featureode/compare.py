@@ -13,12 +13,10 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
 from . import runs
 from .config import Config
 from .report import Report, build_report, figure_variants
-from .trajectory import ODEResult, Status, Trajectory
+from .trajectory import ODEResult, Trajectory
 
 
 def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
@@ -67,9 +65,8 @@ def _with_replay(cfg: Config, ode: ODEResult, mlp: Trajectory, out: Path) -> ODE
     try:
         rep = replay(mlp, basis=cfg.ode.basis, source=str(out / "mlp.json"))
     except ReplayError as exc:
-        rep = Trajectory("ode", REPLAY, tuple(mlp.modes), mlp.target, np.zeros(0), np.zeros(0),
-                         meta={"uses_measurements": True, "parameter_free": False},
-                         status=Status(complete=False, reached_t=0.0, error=str(exc)))
+        rep = Trajectory.failed(REPLAY, mlp.modes, mlp.target, str(exc),
+                                meta={"uses_measurements": True, "parameter_free": False})
     order = [n for n in cfg.ode.variants if n == REPLAY or n in ode.variants]
     variants = {n: rep if n == REPLAY else ode.variants[n] for n in order}
     variants.update({n: tr for n, tr in ode.variants.items() if n not in variants})

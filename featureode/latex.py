@@ -160,9 +160,8 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
     uses = set().union(*(a.expr.free_symbols | {x.base for x in a.expr.atoms(sp.Indexed)}
                          for a in system.assignments))
     if ode.q in uses:
-        from .parametrization import get_parametrization
-        name = getattr(theory, "parametrization", None) or "meanfield"
-        q = get_parametrization(name).closure_prefactor(float(theory.gamma))
+        from .solve import closure_prefactor
+        name, q = closure_prefactor(theory)
         facts.append(rf"$q = {_num(q)}$ (closure prefactor of the {tex_text(name)} parametrization)")
     facts += [rf"${expr_latex(sp.Symbol(k))} = {_num(val)}$" for k, val in variant.param_values.items()]
     out = (rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
@@ -174,10 +173,9 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
 
 def _second_order_table(theory: Any) -> str:
     """``S_{βα}`` (columns: the target's modes, which drive) with their Monte Carlo standard errors."""
-    from .second_order import second_order_constants
+    from .solve import second_order_of
 
-    drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
-    so = second_order_constants(theory.modes, theory.g, theory.activation, theory.bias_std, drivers=drivers)
+    drivers, so = second_order_of(theory)
     head = [r"$\beta$"] + [rf"$S_{{\beta,{mode_latex(theory.modes[k])}}}$" for k in drivers]
     rows = [[f"${mode_latex(m)}$"] + [rf"${_num(so.S[r, k])} \pm {_num(so.S_stderr[r, k], 2)}$" for k in drivers]
             for r, m in enumerate(theory.modes)]

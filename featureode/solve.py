@@ -30,7 +30,6 @@ import numpy as np
 
 from . import integrate, ode
 from .compile import Compiled, compile_system
-from .hermite import Mode
 from .trajectory import ODEResult, Status, Trajectory
 from .variants import Variant, variants_from_config
 
@@ -66,8 +65,6 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", bas
     :mod:`featureode.second_order` and ``max(S_{αα}, 1e-30)`` for the closures that use them (driven by the
     target's modes, ``v_α ≠ 0``; computed from ``theory.activation``/``theory.bias_std``), else empty.
     """
-    from .parametrization import get_parametrization
-
     system = variant.system(basis)
     modes = tuple(theory.modes)
     g = np.asarray(theory.g, dtype=float)
@@ -83,13 +80,12 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", bas
             raise SolveError("basis 'extended' needs the Gram matrix; build the kernel theory with with_gram=True")
         K = np.array(theory.gram, dtype=float) if eigenvalues == "exact" else np.zeros((len(modes),) * 2)
         np.fill_diagonal(K, 0.0)
-    name = parametrization or getattr(theory, "parametrization", None) or "meanfield"
-    q = float(get_parametrization(name).closure_prefactor(float(theory.gamma)))
+    q = closure_prefactor(theory, parametrization)[1]
     kappa = q * float(c_levels[1] / theory.level_coefficients[1] ** 2) if variant.kappa is None \
         else float(variant.kappa)
     S, Sd = np.zeros((0, 0)), np.zeros(0)
     if any(a.expr.has(ode.S) or a.expr.has(ode.Sd) for a in system.assignments):
-        S, Sd = _second_order_inputs(theory, modes, g)
+        S, Sd = _second_order_inputs(theory)
     values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
               "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
               "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
@@ -98,15 +94,32 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", bas
     return [values[name] for name in system.inputs], system
 
 
-def _second_order_inputs(theory: Any, modes: tuple[Mode, ...], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``S_{βα}`` (driven by the target's modes) and ``Sd_α = max(S_{αα}, 1e-30)`` for ``theory``."""
+def closure_prefactor(theory: Any, parametrization: str | None = None) -> tuple[str, float]:
+    """The parametrization that fixes the closure prefactor (``parametrization``, else ``theory.parametrization``
+    when the theory has one, else ``"meanfield"``) and ``q = closure_prefactor(γ)`` at ``theory.gamma``."""
+    from .parametrization import get_parametrization
+
+    name = parametrization or getattr(theory, "parametrization", None) or "meanfield"
+    return name, float(get_parametrization(name).closure_prefactor(float(theory.gamma)))
+
+
+def second_order_of(theory: Any) -> tuple[list[int], Any]:
+    """The driving modes (the target's, ``v_α ≠ 0``: indices into ``theory.modes``) and the
+    :class:`featureode.second_order.SecondOrder` constants ``S_{βα}`` of ``theory`` they drive, from
+    ``theory.activation``/``theory.bias_std``."""
     from .second_order import second_order_constants
 
     if not getattr(theory, "activation", ""):
         raise SolveError("the second-order closures need the network's activation and σ_b; build the kernel "
                          "theory with featureode.kernel.kernel_theory (theory.activation is empty)")
     drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
-    so = second_order_constants(modes, g, theory.activation, theory.bias_std, drivers=drivers)
+    return drivers, second_order_constants(tuple(theory.modes), np.asarray(theory.g, dtype=float),
+                                           theory.activation, theory.bias_std, drivers=drivers)
+
+
+def _second_order_inputs(theory: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``S_{βα}`` (:func:`second_order_of`) and ``Sd_α = max(S_{αα}, 1e-30)`` for ``theory``."""
+    so = second_order_of(theory)[1]
     return so.S, np.maximum(np.diag(so.S), 1e-30)
 
 
@@ -414,9 +427,7 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False) -> ODER
         except SolveError as exc:
             traj = exc.trajectory
             if traj is None:
-                traj = Trajectory("ode", variant.label, tuple(str(x) for x in theory.modes),
-                                  np.asarray(theory.target, float), np.zeros(0), np.zeros(0),
-                                  status=Status(complete=False, reached_t=0.0, error=str(exc)))
+                traj = Trajectory.failed(variant.label, theory.modes, theory.target, str(exc))
         variants[variant.label] = traj
     return ODEResult(tuple(str(x) for x in theory.modes), np.asarray(theory.target, dtype=float), variants,
                      eigenvalues=o.eigenvalues, basis=o.basis, t_max=cfg.training.t_max)
@@ -463,10 +474,5 @@ def solve_batch(cfgs: Sequence[Any], theories: "Sequence[Any] | None" = None,
         raise ValueError(f"solve_batch: {len(theories)} theories for {len(cfgs)} configs")
     if out_dirs is not None and len(out_dirs) != len(cfgs):
         raise ValueError(f"solve_batch: {len(out_dirs)} output folders for {len(cfgs)} configs")
-    out = []
-    for k, cfg in enumerate(cfgs):
-        result = _solve_one_config(cfg, theories[k] if theories is not None else _theory_for(cfg))
-        if out_dirs is not None and out_dirs[k] is not None:
-            result.save(out_dirs[k])
-        out.append(result)
-    return out
+    return [solve_config(cfg, out_dirs[k] if out_dirs is not None else None,
+                         theories[k] if theories is not None else None) for k, cfg in enumerate(cfgs)]

@@ -29,7 +29,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -114,6 +114,13 @@ class Trajectory:
         if name in _CORE:
             return getattr(self, _CORE[name])
         return self.arrays.get(name)
+
+    @classmethod
+    def failed(cls, name: str, modes: Sequence[str], target: Any, error: str,
+               meta: Mapping[str, Any] | None = None) -> "Trajectory":
+        """An ODE trajectory with no curve, for a variant that failed before producing one (``error`` kept)."""
+        return cls("ode", name, tuple(str(m) for m in modes), np.asarray(target, float), np.zeros(0), np.zeros(0),
+                   meta=dict(meta or {}), status=Status(complete=False, reached_t=0.0, error=error))
 
     def with_status(self, **changes: Any) -> "Trajectory":
         """A copy with some :class:`Status` fields changed."""

@@ -50,8 +50,6 @@ _CLOSURES: dict[str, Closure] = {
     "second_order": Closure("second_order", ode.SECOND_ORDER_GROWTH, doc=ode.SECOND_ORDER_GROWTH.doc),
     "resummed": Closure("resummed", ode.RESUMMED_GROWTH, doc=ode.RESUMMED_GROWTH.doc),
 }
-#: Closures whose constants come from the per-neuron second-order expansion (input ``S``, ``Sd``).
-SECOND_ORDER_CLOSURES = ("second_order", "resummed")
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _RESERVED = {"y", "j", "numpy", "math", "numba", "out"}   # names used by the generated code
 
