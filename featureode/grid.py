@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .config import SECTIONS, ConfigError, suggest, config_from_dict, load_config
+from .config import SECTIONS, Config, ConfigError, suggest, config_from_dict, load_config
 
 #: The value of ``training.t_max`` that asks for the horizon of :func:`featureode.sweeps.auto_t_max`.
 AUTO = "auto"
@@ -122,7 +122,8 @@ class Grid:
         out, seen = [], set()
         for i, combo in enumerate(itertools.product(*(ax.values for ax in self.axes))):
             values = {k: v for ax, vals in zip(self.axes, combo) for k, v in zip(ax.keys, vals)}
-            name = self._name(values, self.raw_config(Point(i, values, ""), 0))
+            raw = self.raw_config(Point(i, values, ""), 0) if self.name_template is not None else None
+            name = self._name(values, raw)
             if name in seen:
                 if self.name_template is not None:
                     raise GridError(f"{self.source}: [sweep] name = {self.name_template!r} gives the same run name "
@@ -132,7 +133,9 @@ class Grid:
             out.append(Point(i, values, name))
         return out
 
-    def _name(self, values: dict[str, Any], raw: dict[str, dict[str, Any]]) -> str:
+    def _name(self, values: dict[str, Any], raw: dict[str, dict[str, Any]] | None) -> str:
+        """The run-folder name of a point: the template filled from its config ``raw`` (needed only then), else the
+        varied values."""
         if self.name_template is not None:
             return re.sub(r"\{([^}]*)\}", lambda m: slug(raw[m.group(1).split(".")[0]][m.group(1).split(".")[1]]),
                           self.name_template)
@@ -153,13 +156,19 @@ class Grid:
         return raw
 
 
-def check_config(raw: dict[str, dict[str, Any]], what: str) -> None:
-    """Validate a raw config whose ``training.t_max`` may be :data:`AUTO`; errors are prefixed with ``what``."""
+def probe_config(raw: dict[str, dict[str, Any]], source: str) -> Config:
+    """The config of ``raw`` with ``training.t_max = AUTO`` replaced by a placeholder horizon (1.0): every check
+    and every shape of the run, without the horizon (which needs the kernel)."""
     probe = copy.deepcopy(raw)
     if probe.get("training", {}).get("t_max") == AUTO:
         probe["training"]["t_max"] = 1.0
+    return config_from_dict(probe, source=source)
+
+
+def check_config(raw: dict[str, dict[str, Any]], what: str) -> None:
+    """Validate a raw config whose ``training.t_max`` may be :data:`AUTO`; errors are prefixed with ``what``."""
     try:
-        config_from_dict(probe, source=what)
+        probe_config(raw, what)
     except ConfigError as exc:
         raise GridError(f"{what}: {exc}") from None
 

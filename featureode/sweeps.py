@@ -30,9 +30,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .config import MLP_SECTIONS, Config, suggest, config_from_dict
-from .grid import AUTO, Grid, GridError, Point, check_points, load_grid, suite_path
+from .config import MLP_SECTIONS, Config, resolved_device, suggest
+from .grid import AUTO, Grid, GridError, Point, check_points, load_grid, probe_config, suite_path
 from .metrics import Ratio
+from .runs import read_stamp
 from .trajectory import TrajectoryFileError, read_json, write_json, write_text
 
 #: Above this many runs a sweep asks for ``yes=True`` (``--yes``).
@@ -119,12 +120,10 @@ class RunTask:
 
     def config(self) -> Config:
         """The resolved config (``t_max = "auto"`` replaced by :func:`auto_t_max`)."""
-        raw = json.loads(json.dumps(self.raw))
-        auto = raw.get("training", {}).get("t_max") == AUTO
-        if auto:
-            raw["training"]["t_max"] = 1.0
-        cfg = config_from_dict(raw, source=f"sweep:{self.name}")
-        return cfg.replace(training={"t_max": auto_t_max(cfg, self.t_max_factor, self.t_max_cap)}) if auto else cfg
+        cfg = probe_config(self.raw, f"sweep:{self.name}")
+        if self.raw.get("training", {}).get("t_max") == AUTO:
+            cfg = cfg.replace(training={"t_max": auto_t_max(cfg, self.t_max_factor, self.t_max_cap)})
+        return cfg
 
 
 @dataclass
@@ -173,11 +172,9 @@ def _outcome_from_files(task: RunTask, stamp: dict[str, Any]) -> RunOutcome | No
 
 
 def _read_stamp(folder: Path) -> dict[str, Any] | None:
-    try:
-        stamp = read_json(folder / "config.json")
-        return stamp if isinstance(stamp, dict) and "digest" in stamp and "config" in stamp else None
-    except TrajectoryFileError:
-        return None
+    """The run folder's stamp (:func:`featureode.runs.read_stamp`) when it is a sweep's: with digest and config."""
+    stamp = read_stamp(folder)
+    return stamp if stamp is not None and "digest" in stamp and "config" in stamp else None
 
 
 def stored_outcome(task: RunTask) -> RunOutcome | None:
@@ -291,12 +288,9 @@ def _run_one(task: RunTask, cfg: Config) -> RunOutcome:
     seed, folder = cfg.training.seed, Path(task.run_dir)
     try:
         if task.ode_only:
-            from .solve import SolveError, solve_config
+            from .solve import solve_config
 
-            try:
-                solve_config(cfg, folder)
-            except SolveError:  # a failed variant keeps its "error" in ode.json
-                pass
+            solve_config(cfg, folder)  # a failed variant keeps its "error" in ode.json
         else:
             from .compare import compare_config
 
@@ -344,12 +338,7 @@ def ode_groups(tasks: Sequence[RunTask], workers: int, max_size: int | None = No
 
 def _uses_cuda(cfgs: Sequence[Config]) -> bool:
     """Does any config train on a CUDA device here (``device = "cuda…"``, or ``"auto"`` with CUDA available)?"""
-    if all(c.training.device == "cpu" for c in cfgs):
-        return False
-    import torch
-
-    return any(c.training.device.startswith("cuda") or (c.training.device == "auto" and torch.cuda.is_available())
-               for c in cfgs)
+    return any(c.training.device.startswith("cuda") or resolved_device(c.training.device) != "cpu" for c in cfgs)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -755,8 +744,9 @@ def list_text(grid: Grid, runs: Sequence[tuple[Point, RunTask]], ode_only: bool,
     """What ``sweep --list`` prints: one line per point, the counts and the time estimate."""
     lines = [f"{p.index:>5}  {p.name:<40}  " + ", ".join(f"{k} = {v!r}" for k, v in p.values.items())
              for p, t in runs if t.raw["training"]["seed"] == grid.seeds[0]]
-    done = sum(1 for _, t in runs if stored_outcome(t) is not None)
-    est = estimate_seconds([t for _, t in runs if stored_outcome(t) is None], ode_only, jobs)
+    pending = [t for _, t in runs if stored_outcome(t) is None]
+    done = len(runs) - len(pending)
+    est = estimate_seconds(pending, ode_only, jobs)
     lines.append(f"{grid.size} points × {len(grid.seeds)} seeds = {grid.n_runs} runs"
                  + (f" ({done} already finished)" if done else "")
                  + f"; rough estimate {_duration(est)} with {jobs} job{'s' if jobs > 1 else ''}"
@@ -791,7 +781,7 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Any = None, ode_only: boo
     reused = len(outcomes)
     own = executor is None
     executor = executor if executor is not None else _Inline()
-    probes = [_probe_config(t) for t in todo] if not ode_only else []
+    probes = [probe_config(t.raw, t.name) for t in todo] if not ode_only else []  # the horizon: not a shape
     groups = [tuple(todo[i] for i in g) for g in batch_groups(probes, _uses_cuda(probes))] if probes \
         else ode_groups(todo, getattr(executor, "workers", 1))
     bar = tqdm(total=len(runs), initial=reused, desc=f"sweep {grid.name}", unit="run", disable=not progress,
@@ -845,23 +835,15 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Any = None, ode_only: boo
     return SweepResult(out, outcomes, rows, len(outcomes) - reused, reused)
 
 
-def _probe_config(task: RunTask) -> Config:
-    """The config of a task with a placeholder horizon (for grouping: the horizon does not change a network's
-    shapes)."""
-    raw = json.loads(json.dumps(task.raw))
-    if raw["training"].get("t_max") == AUTO:
-        raw["training"]["t_max"] = 1.0
-    return config_from_dict(raw, source=task.name)
-
-
 def _write_summary(out: Path, grid: Grid, runs: Sequence[tuple[Point, RunTask]], outcomes: dict[str, RunOutcome],
                    title: str) -> None:
     rows = []
-    for p in grid.points():
-        got = [outcomes[p.run_name(s)] for s in grid.seeds if p.run_name(s) in outcomes]
+    for k in range(0, len(runs), len(grid.seeds)):  # plan(): point-major, then seeds
+        point, first = runs[k]
+        got = [outcomes[t.name] for _, t in runs[k:k + len(grid.seeds)] if t.name in outcomes]
         ok = [o for o in got if o.ok]
-        richness = float(grid.raw_config(p, 0)["network"]["richness"])
-        rows.append((p.name, aggregate(richness, ok) | {"failed": [o.name for o in got if not o.ok]}))
+        richness = float(first.raw["network"]["richness"])
+        rows.append((point.name, aggregate(richness, ok) | {"failed": [o.name for o in got if not o.ok]}))
     if not any(a["seeds"] for _, a in rows):
         return
     basis = grid.base["ode"]["basis"]
