@@ -26,9 +26,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .hermite import Mode
+from .parametrization import PARTS
+from .report import _positive
 from .trajectory import Trajectory, write_bytes
 
-PARTS = ("readout", "weights", "bias")
 MAX_DIRECTIONS = 4
 
 
@@ -44,10 +45,6 @@ def _growth(lam: np.ndarray | None) -> tuple[np.ndarray | None, bool]:
     if not (np.isfinite(lam[0]) and lam[0] > 0):
         return None, False
     return lam / lam[0], True
-
-
-def _positive(t: np.ndarray) -> np.ndarray:
-    return np.asarray(t, float) > 0
 
 
 def _note(ax, text: str) -> None:
@@ -78,7 +75,7 @@ def diagnostics_figure(mlp: Trajectory, variants: Mapping[str, Trajectory], *,
         fig.suptitle(title)
     t_m = np.asarray(mlp.t, float)
     pos_m = _positive(t_m)
-    dims = sorted({i for m in modes for i, _ in Mode.parse(m).items})[:MAX_DIRECTIONS]
+    dims = sorted({i for m in modes for i in Mode.parse(m).support})[:MAX_DIRECTIONS]
     colors = [f"C{k}" for k in range(10)]
     for row, (name, traj) in enumerate(rows):
         t_o = np.asarray(traj.t, float)

@@ -54,6 +54,7 @@ from .data import Spectrum
 from .hermite import Mode
 from .initlaw import MAX_ORDER, STEP, BiasRule, Gamma, QGrid, bias_rule, gauss_rule, q_law
 from .network import Network
+from .parametrization import PARTS
 
 __all__ = [
     "KernelError", "KernelTheory", "Network", "Term", "pair_terms", "exact_eigenvalues", "gram_matrix",
@@ -135,7 +136,6 @@ class Term:
     k: int
 
 
-PARTS = ("readout", "weights", "bias")
 
 
 def pair_terms(a: Mode, b: Mode, g: np.ndarray, readout_variance: float = 1.0) -> list[Term]:
@@ -270,7 +270,9 @@ class MeanTable:
         b = np.broadcast_to(b, (Q.size, b.shape[1]))
         s = np.sqrt(Q)[:, None] * np.ones_like(b)
         with np.errstate(all="ignore"):
-            vals = np.sum(_finite_means(self.act, j, b, s) * _finite_means(self.act, k, b, s) * wb, axis=1)
+            mj = _finite_means(self.act, j, b, s)
+            mk = mj if k == j else _finite_means(self.act, k, b, s)
+            vals = np.sum(mj * mk * wb, axis=1)
         return np.where(np.isfinite(vals), vals, 0.0)
 
 

@@ -100,7 +100,6 @@ def jackknife_groups(n_chunks: int, modes: int, width: int, dim: int) -> int:
     chunks or when the group sums (``8 · M · N · (d + 2)`` bytes each) would exceed :data:`JACKKNIFE_MEMORY`."""
     fit = JACKKNIFE_MEMORY // (8 * modes * width * (dim + 2))
     return max(1, min(JACKKNIFE_GROUPS, n_chunks, max(2, fit)))
-PARTS = ("readout", "weights", "bias")
 
 
 def ntk_factor(parametrization: Parametrization, gamma: float, width: int) -> float:
@@ -175,7 +174,7 @@ def _parts(g: GroupSums, a2: torch.Tensor, kappa: float) -> torch.Tensor:
 class Measurement:
     """One measurement of one run (float64 NumPy): test loss, projections ``f_β`` with standard errors, eNTK
     Rayleigh quotients ``λ_β`` on the same modes with their jackknife standard errors, their split ``parts`` (3, M:
-    readout, weights, bias; :data:`PARTS`) with ``parts_stderr``, the Gram ``gram`` (M, M), the growth ``r_i`` per
+    readout, weights, bias; :data:`featureode.parametrization.PARTS`) with ``parts_stderr``, the Gram ``gram`` (M, M), the growth ``r_i`` per
     input dimension, ``a2 = ⟨a²⟩/⟨a²⟩(0)`` and the joint moments ``joint`` of the support directions."""
 
     loss: float

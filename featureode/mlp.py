@@ -71,10 +71,10 @@ from .activations import get_activation
 from .config import MLP_SECTIONS, Config
 from .data import Spectrum
 from .hermite import Mode
-from .measure import (JACKKNIFE_GROUPS, PARTS, ChunkSums, GroupSums, Measurement, TestSet, finish_measurement,
+from .measure import (JACKKNIFE_GROUPS, ChunkSums, GroupSums, Measurement, TestSet, finish_measurement,
                       jackknife_groups, make_test_set, ntk_factor)
 from .metrics import crossing_time, in_support_loss
-from .parametrization import Parametrization, get_parametrization
+from .parametrization import PARTS, Parametrization, get_parametrization
 from .schedule import DivergenceMonitor, Schedule, Step, measurement_times, refresh_due
 from .targets import Target
 from .trajectory import Status, Trajectory, write_bytes
@@ -164,7 +164,7 @@ class RunSpec:
     @property
     def support(self) -> tuple[int, ...]:
         """The input dimensions used by the target's modes."""
-        return tuple(sorted({i for m in self.target.modes for i, _ in m.items}))
+        return tuple(sorted({i for m in self.target.modes for i in m.support}))
 
     @property
     def digest(self) -> str:
@@ -342,7 +342,6 @@ class MeanFieldBatch:
         self.params = params
         w = params["w"]
         self.runs, self.width, self.dim = w.shape
-        self.param = parametrization
         self.gamma = torch.tensor(list(gamma), dtype=torch.float64)
         out = [parametrization.output_scale(g, self.width) for g in gamma]
         self.out_scale = out
@@ -541,7 +540,7 @@ class Recorder:
         """Set the columns from :meth:`state`."""
         self.columns = {k: list(columns[k]) for k in self.COLUMNS}
 
-    def trajectory(self, clock: Schedule, meta: dict[str, Any], error: str | None = None) -> Trajectory:
+    def trajectory(self, clock: Schedule, meta: dict[str, Any]) -> Trajectory:
         """The run's :class:`~featureode.trajectory.Trajectory` (kind ``"mlp"``): DESIGN §6 fields, t50/t10 of the
         test loss, the diagnostics as named arrays, ``meta`` plus the support directions of ``joint``."""
         spec, col = self.spec, self.columns
@@ -563,7 +562,7 @@ class Recorder:
                           lam=np.asarray(col["lambda"], float), r=np.asarray(col["r"], float),
                           in_support_loss=in_support_loss(f, spec.v), f_stderr=np.asarray(col["f_stderr"], float),
                           t50=crossing_time(t, ratio, 0.5), t10=crossing_time(t, ratio, 0.1), arrays=arrays,
-                          meta=meta, status=Status(clock.complete, clock.t, error))
+                          meta=meta, status=Status(clock.complete, clock.t))
 
 
 # ----------------------------------------------------------------------------------------------------------------

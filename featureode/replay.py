@@ -17,7 +17,6 @@ in-support ``L/L(0) = Σ_β (v_β − f_β)² / Σ_β v_β²``, ``lam`` the eige
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Sequence
 
@@ -151,9 +150,7 @@ def replay_run(folder: "str | Path", basis: str = "target", **kwargs: object) ->
         raise ReplayError(f"replay needs the simulation of this run, but {path} does not exist; run "
                           f"`featureode simulate CONFIG --out {folder}` (or compare) first")
     try:
-        mlp = Trajectory.load(folder, "mlp")
+        mlp = Trajectory.load(folder, "mlp", kind="mlp")
     except TrajectoryFileError as exc:
         raise ReplayError(f"replay: {exc}") from None
-    if mlp.kind != "mlp":
-        mlp = dataclasses.replace(mlp, kind="mlp")
     return replay(mlp, basis=basis, source=str(path), **kwargs)

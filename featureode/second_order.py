@@ -33,10 +33,10 @@ import numpy as np
 
 from .activations import get_activation
 from .hermite import Mode
+from .parametrization import PARTS
 
 #: Init neurons of the Monte Carlo average: closed-form derivative means / quadrature ones (10–50× slower each).
 N_NEURONS = 100_000
-PARTS = ("readout", "weights", "bias")
 N_NEURONS_QUADRATURE = 20_000
 STEP = 1e-3
 
