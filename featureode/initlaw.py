@@ -120,7 +120,6 @@ class QLaw:
         self._base = np.empty(self.z.shape, dtype=complex)
         self._p_base = np.empty(self.z.shape, dtype=complex)
         self._ready = np.zeros(Q.size, dtype=bool)
-        self._span = (0, 0)   # a range of rows known to be ready
         # log of the bound ν̂_0(Q) ≤ Q^{d/2−1} / (Γ(d/2) Π_i sqrt(2 g_i)) (each g_i X_i has density ≤ q^{−1/2}/…)
         self._log_bound0 = ((self.dim / 2 - 1) * np.log(Q) - math.lgamma(self.dim / 2)
                             - 0.5 * float(np.sum(np.log(2 * self.g))))
@@ -158,13 +157,6 @@ class QLaw:
 
     def _rows_ready(self, lo: int, hi: int) -> None:
         """Compute the contour terms of rows ``lo:hi`` not computed yet."""
-        s0, s1 = self._span
-        if s0 <= lo and hi <= s1:
-            return
-        if hi < s0 or lo > s1:
-            self._span = (lo, hi) if hi - lo > s1 - s0 else (s0, s1)
-        else:
-            self._span = (min(lo, s0), max(hi, s1))
         todo = np.flatnonzero(~self._ready[lo:hi]) + lo
         if not todo.size:
             return

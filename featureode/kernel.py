@@ -513,11 +513,8 @@ def closure_constants(activation: "str | Activation", spectrum: "Spectrum | Sequ
 # ----------------------------------------------------------------------------------------------------------------
 @lru_cache(maxsize=64)
 def _level_coefficients(act: Activation, bias_std: float, max_level: int, n_b: int) -> np.ndarray:
-    if bias_std == 0:
-        xb, wb = np.zeros(1), np.ones(1)
-    else:
-        x, w = np.polynomial.hermite_e.hermegauss(n_b)
-        xb, wb = bias_std * x, w / math.sqrt(2 * math.pi)
+    b, w = BiasRule(bias_std, True, n_b=n_b).nodes(np.ones(1))   # Gauss–Hermite in b (the point 0 for σ_b = 0)
+    xb, wb = b[0], w[0]
     sq = [float(wb @ act.mean_numpy(k)(xb, np.ones_like(xb)) ** 2) for k in range(max_level + 2)]
     out = np.array([(l + 1) * sq[l] + sq[l + 1] for l in range(max_level + 1)])
     out.setflags(write=False)

@@ -787,12 +787,14 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Any = None, ode_only: boo
     bar = tqdm(total=len(runs), initial=reused, desc=f"sweep {grid.name}", unit="run", disable=not progress,
                dynamic_ncols=True)
     last_write = 0.0
+    failed = sum(1 for x in outcomes.values() if not x.ok)
 
     def record(o: RunOutcome) -> None:
-        nonlocal last_write
+        nonlocal last_write, failed
         outcomes[o.name] = o
+        failed += not o.ok
         bar.update()
-        bar.set_postfix(failed=sum(1 for x in outcomes.values() if not x.ok), refresh=False)
+        bar.set_postfix(failed=failed, refresh=False)
         if time.time() - last_write > 2.0:
             write_results(out, columns, result_rows(grid, runs, outcomes))
             last_write = time.time()
