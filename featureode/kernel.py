@@ -53,7 +53,7 @@ from .activations import B, S, Activation, ActivationError, get_activation
 from .data import Spectrum
 from .hermite import Mode
 from .initlaw import MAX_ORDER, STEP, BiasRule, Gamma, QGrid, bias_rule, gauss_rule, q_law
-from .network import Network
+from .network import Network, checked_bias_std, checked_spectrum
 from .parametrization import PARTS
 
 __all__ = [
@@ -392,17 +392,11 @@ def clear_caches() -> None:
 
 
 def _g_of(spectrum: "Spectrum | Sequence[float] | np.ndarray") -> tuple[float, ...]:
-    g = spectrum.g if isinstance(spectrum, Spectrum) else np.asarray(spectrum, dtype=float)
-    if g.ndim != 1 or g.size == 0 or np.any(g <= 0) or not np.all(np.isfinite(g)):
-        raise KernelError(f"spectrum must be a non-empty list of positive eigenvalues, got {g!r}")
-    return tuple(float(x) for x in g)
+    return checked_spectrum(spectrum, KernelError)
 
 
 def _bias_of(bias_std: float) -> float:
-    b = float(bias_std)
-    if not math.isfinite(b) or b < 0:
-        raise KernelError(f"bias_std σ_b must be finite and ≥ 0, got {bias_std!r}")
-    return b
+    return checked_bias_std(bias_std, KernelError)
 
 
 def _network(spectrum: "Spectrum | Sequence[float]", activation: "str | Activation", bias_std: float,

@@ -26,6 +26,24 @@ class NetworkError(ValueError):
     """Network data that cannot define an init law (bad spectrum or σ_b)."""
 
 
+def checked_spectrum(spectrum: "Spectrum | Sequence[float] | np.ndarray",
+                     error: type[Exception] = NetworkError) -> tuple[float, ...]:
+    """The eigenvalues ``g`` of ``spectrum`` (a :class:`Spectrum` or a list), refused with ``error`` unless a
+    non-empty list of finite positive numbers."""
+    g = spectrum.g if isinstance(spectrum, Spectrum) else np.asarray(spectrum, dtype=float)
+    if g.ndim != 1 or g.size == 0 or np.any(g <= 0) or not np.all(np.isfinite(g)):
+        raise error(f"spectrum must be a non-empty list of positive eigenvalues, got {g!r}")
+    return tuple(float(x) for x in g)
+
+
+def checked_bias_std(bias_std: float, error: type[Exception] = NetworkError) -> float:
+    """``σ_b`` as a float, refused with ``error`` unless finite and ≥ 0."""
+    b = float(bias_std)
+    if not math.isfinite(b) or b < 0:
+        raise error(f"bias_std σ_b must be finite and ≥ 0, got {bias_std!r}")
+    return b
+
+
 @dataclass(frozen=True, eq=False)
 class Network:
     """Activation σ, spectrum ``g`` (a tuple: the key of the shared caches), bias scale ``σ_b``, parametrization,
@@ -39,10 +57,7 @@ class Network:
     spectrum: Spectrum | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        b = float(self.bias_std)
-        if not math.isfinite(b) or b < 0:
-            raise NetworkError(f"bias_std σ_b must be finite and ≥ 0, got {self.bias_std!r}")
-        object.__setattr__(self, "bias_std", b)
+        object.__setattr__(self, "bias_std", checked_bias_std(self.bias_std))
 
     @classmethod
     def build(cls, activation: "str | Activation", spectrum: "Spectrum | Sequence[float] | np.ndarray",
@@ -50,11 +65,9 @@ class Network:
               step: float = STEP) -> "Network":
         """From an activation name/expression, a :class:`Spectrum` or a list of eigenvalues, ``σ_b`` and a
         parametrization name."""
-        g = spectrum.g if isinstance(spectrum, Spectrum) else np.asarray(spectrum, dtype=float)
-        if g.ndim != 1 or g.size == 0 or np.any(g <= 0) or not np.all(np.isfinite(g)):
-            raise NetworkError(f"spectrum must be a non-empty list of positive eigenvalues, got {g!r}")
+        g = checked_spectrum(spectrum)
         par = get_parametrization(parametrization) if isinstance(parametrization, str) else parametrization
-        return cls(get_activation(activation), tuple(float(x) for x in g), bias_std, par, float(step),
+        return cls(get_activation(activation), g, bias_std, par, float(step),
                    spectrum if isinstance(spectrum, Spectrum) else None)
 
     @classmethod
