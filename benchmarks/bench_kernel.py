@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from featureode import kernel
+from featureode.kernel import theory as kernel
 from featureode.config import load_config
 
 RESULTS = Path(__file__).parent / "results"
@@ -70,7 +70,7 @@ def run(record_old: bool) -> dict[str, Any]:
         rows["batch of 1000 configs (extrapolated from 20 of them)"] = 50 * _time(
             lambda: [kernel.kernel_theory(c) for c in sub])
     else:
-        from featureode.network import Network
+        from featureode.kernel.network import Network
 
         spectrum = other.spectrum()
         net, tgt = Network.from_config(other, spectrum), other.target_obj(spectrum)

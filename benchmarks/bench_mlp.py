@@ -1,4 +1,4 @@
-"""Throughput of the MLP simulator's SGD step (featureode.mlp) against a plain PyTorch loop, and batched vs sequential runs.
+"""Throughput of the MLP simulator's SGD step (featureode.sim.mlp) against a plain PyTorch loop, and batched vs sequential runs.
 
 What is timed: one SGD step of the meanfield network of DESIGN §3 (fresh samples ``z ~ N(0, I_d)``, target
 ``staircase(2)``, the frozen init network subtracted, rate ``η γ² N``), i.e. sampling + forward + gradient + update;
@@ -32,9 +32,9 @@ from typing import Callable
 
 import torch
 
-from featureode.activations import get_activation
+from featureode.calculus.activations import get_activation
 from featureode.config import load_config
-from featureode.mlp import CPU_CHUNK, RunSpec, Simulation, simulate_config
+from featureode.sim.mlp import CPU_CHUNK, RunSpec, Simulation, simulate_config
 
 
 def interleaved(cases: dict[str, tuple[Callable[[], object], int]], calls: int, repeats: int) -> dict[str, float]:
@@ -81,7 +81,7 @@ def plain_loop(cfg, act: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[],
 
 
 def simulator_step(cfg, runs: int, batched: bool) -> Callable[[], None]:
-    """``runs`` seeds of ``cfg`` in one :class:`~featureode.mlp.MeanFieldBatch` (batched matmuls or run by run);
+    """``runs`` seeds of ``cfg`` in one :class:`~featureode.sim.mlp.MeanFieldBatch` (batched matmuls or run by run);
     one call = sample + step of every run."""
     sim = Simulation([RunSpec.build(cfg.replace(training={"seed": s})) for s in range(runs)], None, False, batched)
     every = list(range(runs))

@@ -3,7 +3,7 @@
 Compared side by side on the same system (the reference ``displacement`` closure, target basis) and the same
 random mode sets (M modes of degree 1–3 in d = 48 directions, made-up constants):
 
-- ``numpy``: featureode.compile's vectorised NumPy module (indexed form, CSE). Compile = build the system, derive
+- ``numpy``: featureode.ode.compile's vectorised NumPy module (indexed form, CSE). Compile = build the system, derive
   the indexed Jacobian, generate and import the module, first call; cold (empty cache directory) and cached (a
   second load from the cache directory).
 - ``numba``: the same tree as JIT loops; compile includes numba's compilation of ``rhs`` at the first call.
@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 
-from featureode import compile as fcompile
-from featureode.hermite import Mode
-from featureode.kernel import KernelTheory
-from featureode.solve import system_inputs
-from featureode.variants import Variant
+from featureode.ode import compile as fcompile
+from featureode.calculus.hermite import Mode
+from featureode.kernel.theory import KernelTheory
+from featureode.ode.solve import system_inputs
+from featureode.ode.variants import Variant
 
 DIM = 48
 VARIANT = Variant("displacement")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from featureode.grid import grid_from_dict
-from featureode.sweeps import make_executor, run_sweep
+from featureode.workflow.grid import grid_from_dict
+from featureode.workflow.sweeps import make_executor, run_sweep
 
 GRID = {"set": {"target.expr": "z0*z1", "data.dim": 8, "network.width": 256, "training.batch": 512,
                 "training.t_max": 30.0, "training.n_test": 2000, "training.n_points": 12, "training.threads": 1,

@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 from featureode import kernel  # noqa: E402
 from featureode.config import load_config  # noqa: E402
-from featureode.solve import solve_batch, solve_variant  # noqa: E402
-from featureode.variants import variants_from_config  # noqa: E402
+from featureode.ode.solve import solve_batch, solve_variant  # noqa: E402
+from featureode.ode.variants import variants_from_config  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
        "NUMBA_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

@@ -3,7 +3,7 @@ with the machine as it is ("idle") and with a busy-loop process competing for a 
 
 What is timed: the training loop of the built-in default config (staircase(2), d = 16, N = 1024, B = 2048, relu,
 float32, compiled kernels): fresh samples + SGD step, and the ``λ_top`` refresh every ``ntk_every`` = 50 steps, as
-in :meth:`featureode.mlp.Simulation._advance`; and one measurement on the 20 000-sample test set. The four cases
+in :meth:`featureode.sim.mlp.Simulation._advance`; and one measurement on the 20 000-sample test set. The four cases
 (threads × load) run side by side in one process, round-robin for ``--rounds`` rounds of ``--steps`` steps, so a busy
 phase of a shared machine affects all of them alike; figures are medians over rounds. The busy loop is a separate
 Python process (``while True: pass``) started before and stopped after each busy case.
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from featureode.config import load_config
-from featureode.mlp import RunSpec, Simulation
-from featureode.schedule import refresh_due
+from featureode.sim.mlp import RunSpec, Simulation
+from featureode.sim.schedule import refresh_due
 
 
 def train(sim: Simulation, steps: int) -> float:

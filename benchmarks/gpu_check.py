@@ -11,8 +11,8 @@ What it measures, on the device it is given (``--device cuda`` by default):
    as the largest relative difference of the test-loss curves;
 3. wall time of the built-in default ``compare`` (ODE + MLP) on the device;
 4. a sweep of 64 small networks (d = 8, N = 256, B = 512, t_max = 20; 64 seeds × richness values): networks per
-   second when trained one at a time, 8 and 64 together (:func:`featureode.mlp.simulate_batch` in the groups that
-   :func:`featureode.sweeps.batch_groups` forms), and the wall time of the whole ``featureode sweep`` (ODE, MLP,
+   second when trained one at a time, 8 and 64 together (:func:`featureode.sim.mlp.simulate_batch` in the groups that
+   :func:`featureode.workflow.sweeps.batch_groups` forms), and the wall time of the whole ``featureode sweep`` (ODE, MLP,
    report per point) on the device.
 
 Writes a Markdown table to ``--out`` (default ``benchmarks/results/gpu_benchmark.md``).
@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from featureode.compare import compare_config
+from featureode.workflow.compare import compare_config
 from featureode.config import load_config
-from featureode.mlp import RunSpec, Simulation, simulate_config
+from featureode.sim.mlp import RunSpec, Simulation, simulate_config
 
 
 def throughput(cfg, runs: int, steps: int, device: str) -> float:
@@ -53,9 +53,9 @@ def throughput(cfg, runs: int, steps: int, device: str) -> float:
 
 def sweep_rates(dev: str, quick: bool) -> list[str]:
     """Networks per second of a 64-network sweep trained in groups of 1, 8 and 64, and the wall of the sweep."""
-    from featureode.grid import grid_from_dict
-    from featureode.mlp import simulate_batch
-    from featureode.sweeps import batch_groups, make_executor, plan, run_sweep
+    from featureode.workflow.grid import grid_from_dict
+    from featureode.sim.mlp import simulate_batch
+    from featureode.workflow.sweeps import batch_groups, make_executor, plan, run_sweep
 
     n_nets, sizes = (8, (1, 4, 8)) if quick else (64, (1, 8, 64))
     width, batch = (32, 64) if quick else (256, 512)
@@ -69,7 +69,7 @@ def sweep_rates(dev: str, quick: bool) -> list[str]:
         tasks = [t for _, t in plan(grid, tmp)]
         cfgs = [t.config() for t in tasks]
         lines = ["", f"Sweep of {n_nets} networks (z0*z1, d = 8, N = {width}, B = {batch}, t_max = 20, 4 richness "
-                     f"values × {n_nets // 4} seeds), trained in groups by `featureode.sweeps.batch_groups`:", "",
+                     f"values × {n_nets // 4} seeds), trained in groups by `featureode.workflow.sweeps.batch_groups`:", "",
                  "| networks per group | groups | wall (s) | networks/s |", "|---:|---:|---:|---:|"]
         simulate_batch(cfgs[:1], progress=False)  # warm-up: compilation is not counted
         for size in sizes:

@@ -11,7 +11,7 @@ derivation establishes, with SymPy checking every step,
 * the ``∂_b`` recursion ``m_{k+1} = ∂_b m_k``;
 * closed forms of ``m_k`` and ``μ_n`` for ReLU and erf.
 
-Every displayed formula for ``m_k`` and ``μ_n`` is the package's own SymPy expression (``featureode.activations``),
+Every displayed formula for ``m_k`` and ``μ_n`` is the package's own SymPy expression (``featureode.calculus.activations``),
 checked against an independent SymPy integral or identity; a failed check stops the script with exit status 1.
 Each step is printed; the whole derivation is written as a standalone LaTeX document.
 """
@@ -24,8 +24,8 @@ from pathlib import Path
 import mpmath
 import sympy as sp
 
-from featureode.activations import ACTIVATIONS, B, S, U
-from featureode.hermite import Z, hermite_expr
+from featureode.calculus.activations import ACTIVATIONS, B, S, U
+from featureode.calculus.hermite import Z, hermite_expr
 
 XI = sp.Symbol("xi", real=True)
 BP = sp.Symbol("beta", real=True)  # integration variable for b

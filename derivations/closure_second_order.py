@@ -1,5 +1,5 @@
-"""Derivation of the ``second_order`` and ``resummed`` closures (``featureode.ode.SECOND_ORDER_GROWTH``,
-``RESUMMED_GROWTH``; constants in ``featureode.second_order``), step by step with SymPy, written as LaTeX.
+"""Derivation of the ``second_order`` and ``resummed`` closures (``featureode.ode.terms.SECOND_ORDER_GROWTH``,
+``RESUMMED_GROWTH``; constants in ``featureode.kernel.second_order``), step by step with SymPy, written as LaTeX.
 
 Run ``python derivations/closure_second_order.py --out FILE.tex``. Steps (each printed, each checked):
 
@@ -13,7 +13,7 @@ Run ``python derivations/closure_second_order.py --out FILE.tex``. Steps (each p
 4. ``λ_β(D) = E[k_β(θ(D))]`` averaged exactly over ``a ~ N(0,1)``, ``ŵ_i ~ N(0, g_i)``, ``b ~ N(0, σ_b²)``: the
    order ``γD`` vanishes, and ``S_{βα} = [γ²D²] λ_β / λ_β(0)`` in closed form; for a linear activation
    ``S_{αα} = 2 g_α`` (first-order ``displacement``: ``c_1 g_α = g_α``) and ``S_{z0,z1} = g_1``.
-5. The package's Monte Carlo ``S`` (``featureode.second_order``, Stein forms + central differences) agrees with the
+5. The package's Monte Carlo ``S`` (``featureode.kernel.second_order``, Stein forms + central differences) agrees with the
    closed form of step 4 for a quadratic activation within its error bar.
 6. Resummation: for a linear activation the flow is a hyperbolic rotation, solved exactly (``dsolve``); the averaged
    eigenvalues equal ``RESUMMED_GROWTH`` with ``S`` of step 4, for the driving mode and for the other one.
@@ -28,7 +28,7 @@ import sympy as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's package, also when run as a script
 from featureode import ode  # noqa: E402
-from featureode.latex import expr_latex  # noqa: E402
+from featureode.export.latex import expr_latex  # noqa: E402
 
 a, w0, w1, b = sp.symbols("a w0 w1 b", real=True)
 z0, z1, u = sp.symbols("z0 z1 u", real=True)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                r"$c_1 g_0 = g_0$)." "\n")
 
     print("Step 5: the package's Monte Carlo constants against the closed form (quadratic σ = u + u²/2)")
-    from featureode.second_order import second_order_constants
+    from featureode.kernel.second_order import second_order_constants
     gv, sbv = (0.6, 0.4), 0.5
     vals = {g0: gv[0], g1: gv[1], sb: sbv, s1: 1, s2: 1}
     so = second_order_constants(["z0", "z1"], gv, "u + u**2/2", sbv, drivers=[0], n_neurons=args.mc_neurons)
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                r" equal to the resummed law below with $S_{z_0z_0} = 2g_0$ (and for $\lambda_{z_1}$ with "
                r"$S_{z_1z_0} = g_0$)." "\n")
 
-    tex.append(r"\section*{The closure terms (featureode.ode)}" "\n"
+    tex.append(r"\section*{The closure terms (featureode.ode.terms)}" "\n"
                r"\texttt{second\_order\_growth}: $\rho_\beta = " + expr_latex(ode.SECOND_ORDER_GROWTH.body)
                + "$\n\n" r"\texttt{resummed\_growth}: $\rho_\beta = " + expr_latex(ode.RESUMMED_GROWTH.body)
                + r"$ with $q = \gamma^2$ (meanfield) and $\bar S_\alpha = \max(S_{\alpha\alpha}, 10^{-30})$." "\n")

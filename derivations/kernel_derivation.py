@@ -1,4 +1,4 @@
-"""Symbolic derivation of the init kernel formulas of ``featureode.kernel`` (issue 3), checked with SymPy, as LaTeX.
+"""Symbolic derivation of the init kernel formulas of ``featureode.kernel.theory`` (issue 3), checked with SymPy, as LaTeX.
 
 Run ``python derivations/kernel_derivation.py [--out FILE.tex] [--compile]``. Every identity below is verified
 exactly (``assert``) before it is written:
@@ -11,7 +11,7 @@ exactly (``assert``) before it is written:
    variance, the NTK on the unit sphere ``Θ(ρ) = E[σ(u)σ(u') + σ'(u)σ'(u')(ρ + 1)]`` (``u, u'`` unit-variance
    Gaussians with correlation ρ around a common ``b ~ N(0, σ_b²)``) has ``l! [ρ^l] Θ = (l+1) E_b[m_l(b,1)²] +
    E_b[m_{l+1}(b,1)²]``.
-3. ReLU: the closed forms of ``Λ_l`` (symbolic σ_b) from ``featureode.kernel.level_coefficient_exprs`` equal the
+3. ReLU: the closed forms of ``Λ_l`` (symbolic σ_b) from ``featureode.kernel.theory.level_coefficient_exprs`` equal the
    Taylor coefficients of the closed-form arc-cosine NTK, exactly at σ_b = 1/2.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import sympy as sp
 
-from featureode.hermite import Mode
-from featureode.kernel import level_coefficient_exprs
+from featureode.calculus.hermite import Mode
+from featureode.kernel.theory import level_coefficient_exprs
 
 XI, ETA, RHO = sp.symbols("xi eta rho", real=True)
 SB = sp.Symbol("sigma_b", positive=True)

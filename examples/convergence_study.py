@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from featureode.config import ConfigError
-from featureode.grid import load_grid, suite_names, suite_path
-from featureode.kernel import KernelError
-from featureode.metrics import Ratio
-from featureode.report import build_report
-from featureode.runs import mlp_trajectory
-from featureode.solve import solve_config
-from featureode.sweeps import apply_basis, point_config
+from featureode.workflow.grid import load_grid, suite_names, suite_path
+from featureode.kernel.theory import KernelError
+from featureode.results.metrics import Ratio
+from featureode.export.report import build_report
+from featureode.workflow.runs import mlp_trajectory
+from featureode.ode.solve import solve_config
+from featureode.workflow.sweeps import apply_basis, point_config
 
 
 def _basis(text: str) -> tuple[int, int]:

@@ -17,12 +17,12 @@ from typing import Any
 
 import sympy as sp
 
-from featureode.compile import compile_system
+from featureode.ode.compile import compile_system
 from featureode.config import load_config
-from featureode.latex import derive_document, system_latex
-from featureode.ode import B, D, beta, c, gamma, gpow, i, mode_sum
-from featureode.solve import solve_variant
-from featureode.variants import Variant, register_closure
+from featureode.export.latex import derive_document, system_latex
+from featureode.ode.terms import B, D, beta, c, gamma, gpow, i, mode_sum
+from featureode.ode.solve import solve_variant
+from featureode.ode.variants import Variant, register_closure
 
 eta = sp.Symbol("eta")
 register_closure("exp_displacement", sp.exp(eta * gamma**2 * mode_sum(B[beta, i] * c[beta] * gpow[beta] * D[beta]**2)),
@@ -33,7 +33,7 @@ def main(config: str | None = None, theory: Any = None, out_dir: str | Path = "c
     """Solve ``displacement`` and ``exp_displacement`` on the config's target; write the LaTeX derivation."""
     cfg = load_config(config or None).replace(ode={"variants": ["displacement", "exp_displacement"]})
     if theory is None:
-        from featureode.kernel import kernel_theory
+        from featureode.kernel.theory import kernel_theory
         theory = kernel_theory(cfg)
     system = Variant("exp_displacement").system()
     print("r_i =", system.assignment("r").expr)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from featureode.compile import compile_system
+from featureode.ode.compile import compile_system
 from featureode.config import load_config
-from featureode.kernel import kernel_theory
-from featureode.latex import derive_document, system_latex
-from featureode.solve import solve_variant
-from featureode.variants import Variant
+from featureode.kernel.theory import kernel_theory
+from featureode.export.latex import derive_document, system_latex
+from featureode.ode.solve import solve_variant
+from featureode.ode.variants import Variant
 
 
 def main(out_dir: str | Path = "stages_out") -> dict[str, float | None]:

@@ -1,4 +1,4 @@
 """``python -m featureode …`` runs the command line (same as the ``featureode`` script)."""
-from .cli import run
+from featureode.cli import run
 
 run()

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 
 def _print_json(obj: Any) -> None:
-    from .trajectory import json_ready
+    from featureode.results.trajectory import json_ready
 
     print(json.dumps(json_ready(obj), indent=2))
 
@@ -27,7 +27,7 @@ def _print_json(obj: Any) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 def cmd_hermite(args: argparse.Namespace) -> int:
     """``featureode hermite``: ``μ_n = E[σ(s ξ + b) h_n(ξ)]``, ``n = 0 … max_degree``, of an activation."""
-    from .activations import get_activation
+    from featureode.calculus.activations import get_activation
 
     act = get_activation(args.activation)
     coeffs = act.hermite_all(args.max_degree, args.bias, args.scale)
@@ -48,8 +48,8 @@ def cmd_decompose(args: argparse.Namespace) -> int:
     """``featureode decompose``: modes ``α`` and coefficients ``v_α`` of ``f* = Σ_α v_α h_α(z)``."""
     import sympy as sp
 
-    from .data import Spectrum
-    from .targets import parse_target
+    from featureode.calculus.data import Spectrum
+    from featureode.calculus.targets import parse_target
 
     spec = Spectrum.power_law(args.dim, args.exponent, args.offset)
     tgt = parse_target(args.target, spec, normalize=not args.no_normalize)
@@ -76,7 +76,7 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 # config-driven commands
 # ----------------------------------------------------------------------------------------------------------------
 def _config(path: str | None) -> Any:
-    from .config import load_config
+    from featureode.config import load_config
 
     return load_config(path)
 
@@ -85,10 +85,10 @@ def _config_for_out(args: argparse.Namespace) -> Any:
     """The config of ``args.config`` after every check that can be made before computing, with ``args.out`` created,
     locked for this command (a second command on the folder waits briefly, then refuses) and stamped for it; a folder
     holding results of another config is refused unless ``args.force``, which removes those results first
-    (:func:`featureode.runs.prepare`)."""
+    (:func:`featureode.workflow.runs.prepare`)."""
     import atexit
 
-    from .runs import prepare, release
+    from featureode.workflow.runs import prepare, release
 
     cfg = _config(args.config)
     prepare(Path(args.out), cfg, force=args.force)
@@ -98,12 +98,12 @@ def _config_for_out(args: argparse.Namespace) -> Any:
 
 def cmd_kernel(args: argparse.Namespace) -> int:
     """``featureode kernel``: exact and HEA ``λ_β(0)`` of the target's modes, ``Λ_l`` and ``c_l``."""
-    from .kernel import kernel_report
+    from featureode.kernel.theory import kernel_report
 
     cfg = _config(args.config)
     rep = kernel_report(cfg)
     if args.hea_figure:
-        from .kernel import exact_vs_hea_figure
+        from featureode.kernel.theory import exact_vs_hea_figure
 
         exact_vs_hea_figure(args.hea_figure, cfg.network.activation, cfg.network.bias_std,
                             exponent=cfg.data.exponent, offset=cfg.data.offset)
@@ -121,7 +121,7 @@ def cmd_kernel(args: argparse.Namespace) -> int:
 
 def cmd_derive(args: argparse.Namespace) -> int:
     """``featureode derive``: the LaTeX document of the config's ODE family."""
-    from .latex import derive_document
+    from featureode.export.latex import derive_document
 
     text = derive_document(_config(args.config))
     if args.latex:
@@ -135,7 +135,7 @@ def cmd_derive(args: argparse.Namespace) -> int:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     """``featureode solve``: integrate every ODE variant; writes ``DIR/ode.json``."""
-    from .solve import solve_config
+    from featureode.ode.solve import solve_config
 
     res = solve_config(_config_for_out(args), args.out)
     for name, tr in res.variants.items():
@@ -148,7 +148,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``featureode simulate``: train the reference MLP; writes ``DIR/mlp.json``."""
-    from .mlp import simulate_config
+    from featureode.sim.mlp import simulate_config
 
     res = simulate_config(_config_for_out(args), args.out, resume=args.resume, progress=not args.quiet)
     print(f"MLP: t50 = {_fmt(res.t50)}   t10 = {_fmt(res.t10)}")
@@ -158,7 +158,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``."""
-    from .compare import compare_config
+    from featureode.workflow.compare import compare_config
 
     compare_config(_config_for_out(args), args.out, progress=not args.quiet, figure_variant=args.figure_variant)
     print(Path(args.out, "report.md").read_text())
@@ -168,7 +168,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """``featureode validate``: run a shipped validation grid (``featureode/suites/SUITE.toml``) as a sweep; writes
     ``DIR/results.csv`` and ``DIR/summary.*``."""
-    from .sweeps import make_executor, run_suite
+    from featureode.workflow.sweeps import make_executor, run_suite
 
     executor = make_executor(args.executor, args.jobs, args.scheduler)
     try:
@@ -183,8 +183,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``featureode sweep``: run every point of a grid file (DESIGN §7); writes ``DIR/results.csv``,
     ``DIR/summary.md`` and ``DIR/runs/``."""
-    from .grid import load_grid
-    from .sweeps import apply_basis, list_text, make_executor, plan, run_sweep
+    from featureode.workflow.grid import load_grid
+    from featureode.workflow.sweeps import apply_basis, list_text, make_executor, plan, run_sweep
 
     grid = apply_basis(load_grid(args.grid), args.basis)
     if args.list:
@@ -198,7 +198,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         executor.close()
     _sweep_footer(res)
     if args.plot:
-        from .plot import natural_plots
+        from featureode.workflow.plot import natural_plots
 
         for path in natural_plots(args.out, grid, args.ode_only):
             print(f"wrote {path}")
@@ -214,8 +214,8 @@ def _sweep_footer(res: Any) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """``featureode plot``: a phase diagram (heatmap over two keys, line over one) of a sweep's results."""
-    from .plot import PlotError, phase_figure
-    from .sweeps import read_results
+    from featureode.workflow.plot import PlotError, phase_figure
+    from featureode.workflow.sweeps import read_results
 
     where = {}
     for item in args.where:
@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="ODE variant drawn in the figure's mode and eigenvalue panels (repeatable; default: "
                                 "displacement if listed, else the first)")
 
-    from .grid import suite_names
+    from featureode.workflow.grid import suite_names
 
     def executor_options(c: argparse.ArgumentParser, basis: str | None) -> None:
         c.add_argument("--executor", choices=("local", "dask"), default="local",
@@ -403,14 +403,14 @@ def build_parser() -> argparse.ArgumentParser:
 #: in modules already imported (an exception of a module never imported cannot have been raised), so listing them
 #: imports nothing heavy.
 USER_ERRORS: tuple[tuple[str, str], ...] = (
-    ("featureode.config", "ConfigError"), ("featureode.data", "DataError"), ("featureode.targets", "TargetError"),
-    ("featureode.activations", "ActivationError"), ("featureode.hermite", "ModeError"),
-    ("featureode.variants", "VariantError"), ("featureode.indexed", "IndexedExpressionError"),
-    ("featureode.ode", "AssemblyError"), ("featureode.compile", "CompileError"), ("featureode.kernel", "KernelError"),
-    ("featureode.parametrization", "ParametrizationError"), ("featureode.trajectory", "TrajectoryFileError"),
-    ("featureode.mlp", "MLPError"), ("featureode.solve", "SolveError"), ("featureode.runs", "RunFolderError"),
-    ("featureode.report", "ReportError"), ("featureode.sweeps", "SweepError"), ("featureode.plot", "PlotError"),
-    ("featureode.replay", "ReplayError"), ("featureode.diagnostics", "DiagnosticsError"),
+    ("featureode.config", "ConfigError"), ("featureode.calculus.data", "DataError"), ("featureode.calculus.targets", "TargetError"),
+    ("featureode.calculus.activations", "ActivationError"), ("featureode.calculus.hermite", "ModeError"),
+    ("featureode.ode.variants", "VariantError"), ("featureode.ode.indexed", "IndexedExpressionError"),
+    ("featureode.ode.terms", "AssemblyError"), ("featureode.ode.compile", "CompileError"), ("featureode.kernel.theory", "KernelError"),
+    ("featureode.kernel.parametrization", "ParametrizationError"), ("featureode.results.trajectory", "TrajectoryFileError"),
+    ("featureode.sim.mlp", "MLPError"), ("featureode.ode.solve", "SolveError"), ("featureode.workflow.runs", "RunFolderError"),
+    ("featureode.export.report", "ReportError"), ("featureode.workflow.sweeps", "SweepError"), ("featureode.workflow.plot", "PlotError"),
+    ("featureode.ode.replay", "ReplayError"), ("featureode.export.diagnostics", "DiagnosticsError"),
     ("builtins", "FileExistsError"), ("builtins", "FileNotFoundError"), ("builtins", "PermissionError"),
     ("builtins", "IsADirectoryError"), ("builtins", "NotADirectoryError"))
 

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .activations import ActivationError, get_activation
-from .data import MAX_DIM, DataError, Spectrum
-from .parametrization import PARAMETRIZATIONS
-from .targets import Target, TargetError, check_target_text, parse_target
+from featureode.calculus.activations import ActivationError, get_activation
+from featureode.calculus.data import MAX_DIM, DataError, Spectrum
+from featureode.kernel.parametrization import PARAMETRIZATIONS
+from featureode.calculus.targets import Target, TargetError, check_target_text, parse_target
 
 
 class ConfigError(ValueError):
@@ -97,12 +97,12 @@ class ODEConfig:
     scale: bool = False
     extended_degree: int = 2
     extended_max_modes: int = 40
-    method: str = "rodas4"       # compiled RODAS4 (featureode.integrate), or a scipy solve_ivp method
+    method: str = "rodas4"       # compiled RODAS4 (featureode.ode.integrate), or a scipy solve_ivp method
     rtol: float = 1e-8
     atol: float = 1e-10
     n_points: int = 200
     backend: str = "numpy"
-    custom: dict = field(default_factory=dict)   # named variant tables, see featureode.variants
+    custom: dict = field(default_factory=dict)   # named variant tables, see featureode.ode.variants
 
 
 SECTIONS = {"data": DataConfig, "target": TargetConfig, "network": NetworkConfig,
@@ -416,7 +416,7 @@ def _validate(cfg: Config) -> None:
                           "measurement time after 0)")
     if not cfg.ode.variants:
         raise ConfigError("[ode] variants is empty; list at least one, e.g. [\"lazy\", \"displacement\"]")
-    from .variants import VariantError, variants_from_config
+    from featureode.ode.variants import VariantError, variants_from_config
 
     try:
         variants_from_config(cfg.ode, allow_replay=True)  # unknown variants, custom tables and ablated terms

@@ -1,4 +1,4 @@
-"""Hand-built :class:`featureode.kernel.KernelTheory` instances for the feature-ODE tests.
+"""Hand-built :class:`featureode.kernel.theory.KernelTheory` instances for the feature-ODE tests.
 
 Made-up but realistic constants: HEA level coefficients ``Λ_l`` as DESIGN §4 quotes for ReLU with σ_b = 0.5
 (Λ_1..3 ≈ 0.694, 0.412, 0.184), exact ``λ_β(0)`` somewhat below HEA at levels ≥ 2, and ``c_l`` of the same order.
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from featureode.data import Spectrum
-from featureode.hermite import Mode
-from featureode.kernel import KernelTheory
-from featureode.targets import parse_target
+from featureode.calculus.data import Spectrum
+from featureode.calculus.hermite import Mode
+from featureode.kernel.theory import KernelTheory
+from featureode.calculus.targets import parse_target
 
 TARGETS = ("z0", "h2(z0)", "z0*z1", "staircase(2)", "staircase(3)")
 LEVELS = np.array([0.45, 0.694, 0.412, 0.184, 0.08])

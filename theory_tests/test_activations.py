@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mpmath.calculus.quadrature import GaussLegendre
 
-from featureode.activations import ACTIVATIONS, ActivationError, B, S, from_expression, get_activation
+from featureode.calculus.activations import ACTIVATIONS, ActivationError, B, S, from_expression, get_activation
 
 mpf = mpmath.mpf
 DPS = 30

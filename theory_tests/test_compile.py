@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from _ode_theories import extended_theory, make_theory
-from featureode import compile as fcompile
-from featureode.compile import CompileError, compile_system
-from featureode.solve import solve_variant, system_inputs
-from featureode.variants import Variant
+from featureode.ode import compile as fcompile
+from featureode.ode.compile import CompileError, compile_system
+from featureode.ode.solve import solve_variant, system_inputs
+from featureode.ode.variants import Variant
 
 pytest.importorskip("numba")
 

@@ -9,7 +9,7 @@ import pytest
 import sympy as sp
 import torch
 
-from featureode.data import DataError, Spectrum
+from featureode.calculus.data import DataError, Spectrum
 
 
 # ------------------------------------------------------------------------------------------------------------------

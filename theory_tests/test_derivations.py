@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sympy as sp
 
-from featureode.activations import ACTIVATIONS
+from featureode.calculus.activations import ACTIVATIONS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "derivations" / "activation_coefficients.py"
 
@@ -62,8 +62,8 @@ CLOSURE_SCRIPT = Path(__file__).resolve().parents[1] / "derivations" / "closure_
 
 @pytest.mark.slow
 def test_second_order_closure_derivation_checks_and_writes_the_terms(tmp_path: Path) -> None:
-    from featureode import ode
-    from featureode.latex import expr_latex
+    from featureode.ode import terms as ode
+    from featureode.export.latex import expr_latex
 
     out = tmp_path / "closure_second_order.tex"
     proc = subprocess.run([sys.executable, str(CLOSURE_SCRIPT), "--out", str(out), "--mc-neurons", "100000"],

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from featureode.diagnostics import DiagnosticsError, diagnostics_figure, save_diagnostics
-from featureode.trajectory import Trajectory
+from featureode.export.diagnostics import DiagnosticsError, diagnostics_figure, save_diagnostics
+from featureode.results.trajectory import Trajectory
 
 T = np.concatenate([[0.0], np.geomspace(0.1, 100.0, 30)])
 MODES = ("z0", "z0*z1")

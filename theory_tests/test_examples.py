@@ -189,7 +189,9 @@ def test_convergence_study_example(tmp_path, monkeypatch):
     """examples/convergence_study.py on a tiny suite: every (width, basis, variant) row, one training per width and
     one ODE solve per basis, and every field of a row equal to a plain `compare` of the same config — checked on the
     width that is not the suite's base width."""
-    from featureode import compare, grid, sweeps
+    from featureode.workflow import compare
+    from featureode.workflow import grid
+    from featureode.workflow import sweeps
 
     monkeypatch.setattr(grid, "SUITES_DIR", tmp_path / "suites")
     (tmp_path / "suites").mkdir()
@@ -236,7 +238,8 @@ def test_readme_extending_examples_run(monkeypatch, capsys):
     """The README's "Extending featureode" blocks run as written (from the repository root) and print what their
     comments say: a half-strength displacement closure learns between lazy and displacement; the cubic σ = u³ − u =
     He_3 + 2 He_1 has μ = (0, 2, 0, √6)."""
-    from featureode import activations, variants
+    from featureode.calculus import activations
+    from featureode.ode import variants
 
     monkeypatch.setattr(variants, "_CLOSURES", dict(variants._CLOSURES))  # leave the registries as they were
     monkeypatch.setattr(activations, "ACTIVATIONS", dict(activations.ACTIVATIONS))

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from featureode.trajectory import check_npz
+from featureode.results.trajectory import check_npz
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """[data]

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from featureode.config import config_from_dict, load_config
-from featureode.grid import GridError, check_points, load_grid, suite_names, suite_path
-from featureode.sweeps import MAX_RUNS_WITHOUT_YES, auto_t_max, lazy_t10, plan
+from featureode.workflow.grid import GridError, check_points, load_grid, suite_names, suite_path
+from featureode.workflow.sweeps import MAX_RUNS_WITHOUT_YES, auto_t_max, lazy_t10, plan
 
 
 def _grid(text: str, tmp_path, name: str = "g.toml"):
@@ -146,7 +146,7 @@ def test_standard_suite_matches_a_hand_written_list(tmp_path):
 
 def test_auto_t_max_is_the_lazy_bound_for_one_mode():
     """Single mode z0: the lazy flow's loss is e^{−2λt}, so t10 = ln 10 / (2λ) (closed form, not the bisection)."""
-    from featureode.kernel import kernel_theory
+    from featureode.kernel.theory import kernel_theory
 
     cfg = config_from_dict({"target": {"expr": "z0"}, "data": {"dim": 4}})
     theory = kernel_theory(cfg, basis="target")

@@ -18,7 +18,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from featureode.hermite import (Mode, ModeError, hermite_derivative, hermite_eval, hermite_expr, hermite_to_polynomial,
+from featureode.calculus.hermite import (Mode, ModeError, hermite_derivative, hermite_eval, hermite_expr, hermite_to_polynomial,
                                 hermite_values, monomial_to_hermite, polynomial_to_hermite, product,
                                 product_coefficients)
 

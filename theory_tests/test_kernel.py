@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import integrate, special, stats
 
-from featureode.activations import ActivationError, get_activation
+from featureode.calculus.activations import ActivationError, get_activation
 from featureode.config import config_from_dict
-from featureode.data import Spectrum
-from featureode.hermite import Mode
-from featureode.kernel import (KernelError, closure_constants, compare_exact_hea, exact_eigenvalues,
+from featureode.calculus.data import Spectrum
+from featureode.calculus.hermite import Mode
+from featureode.kernel.theory import (KernelError, closure_constants, compare_exact_hea, exact_eigenvalues,
                                exact_vs_hea_figure, extended_basis, gram_matrix, hea_eigenvalues, kernel_report,
                                kernel_theory, level_coefficient_exprs, level_coefficients)
 
@@ -380,7 +380,7 @@ def test_unlearnable_target_mode_warns():
     """σ(u) = u² is a polynomial of degree 2, so σ(w·x + b) has no Hermite component of degree 3: the init NTK
     eigenvalue of z0*z1*z2 is 0 (by the degree argument, not by the code) and kernel_theory says so; the degree-2
     mode z0*z1 of the same target is learnable and not named."""
-    from featureode.kernel import KernelWarning
+    from featureode.kernel.theory import KernelWarning
 
     cfg = _config(network={"activation": "x**2"}, target={"expr": "z0*z1*z2 + z0*z1"}, data={"dim": 4})
     with pytest.warns(KernelWarning, match=r"mode\(s\) z0\*z1\*z2 have init NTK eigenvalue") as rec:
@@ -439,7 +439,7 @@ def _kernel_values(spectrum, act: str, bias: float) -> tuple:
 def test_shared_caches_give_the_same_numbers_as_fresh_computations():
     """Two spectra with the same Σg (they share the grid and so the activation's mean table), two σ_b, relu and
     tanh, interleaved in one process; then each recomputed alone after clearing every cache: bitwise equal."""
-    from featureode.kernel import clear_caches
+    from featureode.kernel.theory import clear_caches
 
     cases = [(Spectrum.power_law(8), "relu", 0.5), (Spectrum.power_law(12, 1.0, 2.0), "relu", 1.0),
              (Spectrum.power_law(8), "relu", 1.0), (Spectrum.power_law(12, 1.0, 2.0), "relu", 0.5),
@@ -456,8 +456,8 @@ def test_shared_caches_give_the_same_numbers_as_fresh_computations():
 def test_build_once_network_and_batch_equal_kernel_theory():
     """kernel_theory with a prebuilt Network and target, and kernel_theory_batch over configs differing in γ, d,
     target, activation and σ_b, give exactly what kernel_theory gives config by config."""
-    from featureode.kernel import kernel_theory_batch
-    from featureode.network import Network
+    from featureode.kernel.theory import kernel_theory_batch
+    from featureode.kernel.network import Network
 
     cfgs = [_config(network={"richness": r, "bias_std": sb, "activation": act}, data={"dim": d},
                     target={"expr": t}, ode={"extended_max_modes": 12})
@@ -481,9 +481,9 @@ def test_readout_variance_scales_the_a_squared_terms():
     and c_l = E[a² m_l²], and leaves the readout (NNGP) part alone."""
     from dataclasses import dataclass
 
-    from featureode.kernel import network_closure, network_gram
-    from featureode.network import Network
-    from featureode.parametrization import MeanField
+    from featureode.kernel.theory import network_closure, network_gram
+    from featureode.kernel.network import Network
+    from featureode.kernel.parametrization import MeanField
 
     @dataclass(frozen=True)
     class Doubled(MeanField):

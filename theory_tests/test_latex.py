@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _ode_theories import C, LEVELS, extended_theory, make_theory, theory_from_modes
-from featureode import ode
+from featureode.ode import terms as ode
 from featureode.config import config_from_dict
-from featureode.hermite import Mode
-from featureode.latex import _num, derive_document, expr_latex, mode_latex, system_latex, tex_text
-from featureode.variants import Variant
+from featureode.calculus.hermite import Mode
+from featureode.export.latex import _num, derive_document, expr_latex, mode_latex, system_latex, tex_text
+from featureode.ode.variants import Variant
 
 
 def _cfg(**ode):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from featureode.metrics import Ratio, crossing_time, curve_metrics, in_support_loss
+from featureode.results.metrics import Ratio, crossing_time, curve_metrics, in_support_loss
 
 T = np.concatenate([[0.0], np.logspace(-2, 2, 81)])
 

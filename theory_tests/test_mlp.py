@@ -15,13 +15,13 @@ import pytest
 import torch
 from scipy import stats
 
-from featureode import kernel
-from featureode.activations import get_activation
+from featureode.kernel import theory as kernel
+from featureode.calculus.activations import get_activation
 from featureode.config import config_from_dict
-from featureode.hermite import Mode
-from featureode.measure import make_test_set
-from featureode.metrics import crossing_time
-from featureode.mlp import (CPU_CHUNK, DivergenceError, MeanFieldBatch, MLPError, RunSpec, Simulation, simulate_batch,
+from featureode.calculus.hermite import Mode
+from featureode.sim.measure import make_test_set
+from featureode.results.metrics import crossing_time
+from featureode.sim.mlp import (CPU_CHUNK, DivergenceError, MeanFieldBatch, MLPError, RunSpec, Simulation, simulate_batch,
                             simulate_config, stream)
 
 
@@ -462,7 +462,7 @@ def test_jackknife_errors_match_the_spread_over_independent_test_sets():
 def test_simulation_records_diagnostics_in_mlp_json(tmp_path):
     """mlp.json keeps every earlier key and adds a2 (1 at t = 0), joint (support directions), lambda_parts and their
     errors, and the Gram (n_t × M × M, diagonal = λ up to round-off); the file loads back as the same Trajectory."""
-    from featureode.trajectory import Trajectory
+    from featureode.results.trajectory import Trajectory
 
     cfg = small_cfg(expr="staircase(2)", t_max=4.0, n_points=5, t_min=0.5)
     res = simulate_config(cfg, tmp_path, progress=False, modes=["h2(z0)"])
@@ -541,7 +541,7 @@ def test_damaged_checkpoint_is_one_clear_error(tmp_path, capsys):
 
 
 def test_jackknife_groups_respect_chunks_and_memory():
-    from featureode.measure import JACKKNIFE_GROUPS, JACKKNIFE_MEMORY, jackknife_groups
+    from featureode.sim.measure import JACKKNIFE_GROUPS, JACKKNIFE_MEMORY, jackknife_groups
 
     assert jackknife_groups(79, 2, 1024, 16) == JACKKNIFE_GROUPS
     assert jackknife_groups(3, 2, 1024, 16) == 3 and jackknife_groups(1, 2, 1024, 16) == 1

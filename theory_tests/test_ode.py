@@ -6,13 +6,13 @@ import pytest
 import sympy as sp
 
 from _ode_theories import extended_theory, make_theory
-from featureode import ode
-from featureode.compile import compile_system, generate_source
+from featureode.ode import terms as ode
+from featureode.ode.compile import compile_system, generate_source
 from featureode.config import ODEConfig
-from featureode.hermite import Mode
-from featureode.latex import system_latex
-from featureode.solve import solve_variant, system_inputs
-from featureode.variants import (Variant, VariantError, make_closure, parse_expression, term_names,
+from featureode.calculus.hermite import Mode
+from featureode.export.latex import system_latex
+from featureode.ode.solve import solve_variant, system_inputs
+from featureode.ode.variants import (Variant, VariantError, make_closure, parse_expression, term_names,
                                  variants_from_config)
 
 VARIANTS = [Variant("lazy"), Variant("agop"), Variant("agop", kappa=0.3, scale=True), Variant("displacement"),
@@ -260,7 +260,7 @@ def test_term_names_are_listed():
 
 
 def test_closure_prefactor_is_the_parametrizations_and_reproduces_gamma_squared():
-    from featureode.parametrization import ParametrizationError
+    from featureode.kernel.parametrization import ParametrizationError
     theory = make_theory("staircase(2)", 6, gamma=0.37)
     inputs, system = system_inputs(theory, Variant("displacement"))
     assert inputs[system.inputs.index("q")] == 0.37**2

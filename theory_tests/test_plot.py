@@ -8,8 +8,8 @@ import pytest
 from matplotlib.collections import LineCollection
 
 from featureode.cli import main
-from featureode.plot import PlotError, phase_figure
-from featureode.sweeps import RESULT_COLUMNS, write_results
+from featureode.workflow.plot import PlotError, phase_figure
+from featureode.workflow.sweeps import RESULT_COLUMNS, write_results
 
 GAMMAS, DIMS = (0.01, 0.1, 0.5), (8, 16)
 

@@ -11,9 +11,9 @@ import pytest
 from scipy.linalg import expm
 
 from _ode_theories import make_theory
-from featureode.replay import ReplayError, integrated_eigenvalue, replay, replay_run
-from featureode.solve import solve_variant
-from featureode.trajectory import Trajectory
+from featureode.ode.replay import ReplayError, integrated_eigenvalue, replay, replay_run
+from featureode.ode.solve import solve_variant
+from featureode.results.trajectory import Trajectory
 
 
 def _mlp(t: np.ndarray, lam: np.ndarray | None, v: np.ndarray, modes: tuple[str, ...], **arrays) -> Trajectory:
@@ -105,7 +105,7 @@ def test_compare_adds_replay_and_diagnostics(tmp_path):
     from scipy.integrate import quad
 
     from featureode.cli import main
-    from featureode.trajectory import ODEResult
+    from featureode.results.trajectory import ODEResult
 
     root = Path(__file__).resolve().parents[1]
     cfg_path = tmp_path / "small.toml"
@@ -150,7 +150,7 @@ def test_compare_on_the_extended_basis_measures_every_mode_for_replay(tmp_path):
     import warnings
 
     from featureode.cli import main
-    from featureode.trajectory import ODEResult
+    from featureode.results.trajectory import ODEResult
 
     root = Path(__file__).resolve().parents[1]
     cfg_path = tmp_path / "small.toml"

@@ -1,4 +1,4 @@
-"""The comparison report (featureode.report) on analytic curves: metrics and bounds in report.json/report.md, and the
+"""The comparison report (featureode.export.report) on analytic curves: metrics and bounds in report.json/report.md, and the
 figure read back from its matplotlib objects (labels, crossing markers, targets, colours, ticks)."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
 
 from featureode.config import load_config
-from featureode.report import build_report, variant_colours
-from featureode.trajectory import ODEResult, Status, Trajectory
+from featureode.export.report import build_report, variant_colours
+from featureode.results.trajectory import ODEResult, Status, Trajectory
 
 V = np.array([0.8, 0.6])  # target coefficients of z0 and z0*z1
 

@@ -1,4 +1,4 @@
-"""Run folders (featureode.runs): stamp only after the config is valid, the folder lock across processes, --force
+"""Run folders (featureode.workflow.runs): stamp only after the config is valid, the folder lock across processes, --force
 removing stale results, unwritable folders and damaged result files as one-line errors."""
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from featureode import runs
+from featureode.workflow import runs
 from featureode.cli import main
 from featureode.config import ConfigError, MLP_SECTIONS, load_config
-from featureode.data import DataError
-from featureode.trajectory import Trajectory, TrajectoryFileError, write_npz
-from featureode.variants import VariantError
+from featureode.calculus.data import DataError
+from featureode.results.trajectory import Trajectory, TrajectoryFileError, write_npz
+from featureode.ode.variants import VariantError
 
 
 def _mlp_file(folder, digest: str) -> None:

@@ -1,4 +1,4 @@
-"""The simulator's step schedule and divergence rule (featureode.schedule, DESIGN §3), without torch.
+"""The simulator's step schedule and divergence rule (featureode.sim.schedule, DESIGN §3), without torch.
 
 Oracles: exact definitions re-derived here — the landing rule checked step by step on float clocks, stop conditions
 counted directly, and the windowed batch-loss mean computed by NumPy over every window.
@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from featureode.schedule import (DIVERGENCE_FACTOR, DIVERGENCE_SAMPLES, LANDING_TOLERANCE, DivergenceMonitor,
+from featureode.sim.schedule import (DIVERGENCE_FACTOR, DIVERGENCE_SAMPLES, LANDING_TOLERANCE, DivergenceMonitor,
                                  Schedule, measurement_times, refresh_due, step_size)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_schedule_module_does_not_import_torch():
-    code = "import sys, featureode.schedule; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, featureode.sim.schedule; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

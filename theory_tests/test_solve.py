@@ -13,12 +13,13 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import brentq
 
 from _ode_theories import TARGETS, extended_theory, make_theory, theory_from_modes
-from featureode import integrate, kernel
-from featureode.compile import compile_system
+from featureode.ode import integrate
+from featureode.kernel import theory as kernel
+from featureode.ode.compile import compile_system
 from featureode.config import config_from_dict
-from featureode.solve import NonFiniteStateError, SolveError, solve_batch, solve_config, solve_variant, system_inputs
-from featureode.trajectory import ODEResult, Trajectory
-from featureode.variants import Variant
+from featureode.ode.solve import NonFiniteStateError, SolveError, solve_batch, solve_config, solve_variant, system_inputs
+from featureode.results.trajectory import ODEResult, Trajectory
+from featureode.ode.variants import Variant
 
 ROOT = Path(__file__).resolve().parents[1]
 

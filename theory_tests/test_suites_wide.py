@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from featureode.activations import get_activation
+from featureode.calculus.activations import get_activation
 from featureode.config import SECTIONS, config_from_dict
-from featureode.targets import parse_target
-from featureode.variants import closure_names
+from featureode.calculus.targets import parse_target
+from featureode.ode.variants import closure_names
 
 SUITES = Path(__file__).resolve().parents[1] / "featureode" / "suites"
 

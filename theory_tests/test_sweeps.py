@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from featureode import sweeps
+from featureode.workflow import sweeps
 from featureode.cli import main
 from featureode.config import config_from_dict
-from featureode.grid import load_grid, suite_path
-from featureode.kernel import kernel_theory
-from featureode.sweeps import (RunOutcome, SweepError, acceptance, aggregate, batch_groups, make_executor,
+from featureode.workflow.grid import load_grid, suite_path
+from featureode.kernel.theory import kernel_theory
+from featureode.workflow.sweeps import (RunOutcome, SweepError, acceptance, aggregate, batch_groups, make_executor,
                                run_sweep, summary_markdown)
 
 pd = pytest.importorskip("pandas")
@@ -215,7 +215,7 @@ def test_acceptance_and_seed_statistics():
 
 def test_validate_runs_a_shipped_grid_through_the_sweep(tmp_path, monkeypatch, capsys):
     """`validate` = `sweep` of a grid file in the suites folder; title and verdicts as the old suite summary."""
-    from featureode import grid
+    from featureode.workflow import grid
 
     suites = tmp_path / "suites"
     suites.mkdir()
@@ -300,8 +300,8 @@ def test_aggregate_bounds_over_seeds():
 def test_a_batched_group_equals_its_runs_alone(tmp_path, monkeypatch):
     """The GPU path (a group trained by one simulate_batch call, then compared run by run), exercised on the CPU:
     the same numbers as each run on its own, and the batch is the only training."""
-    from featureode import mlp
-    from featureode.sweeps import execute, plan
+    from featureode.sim import mlp
+    from featureode.workflow.sweeps import execute, plan
 
     grid = load_grid(_write(tmp_path, MLP_GRID))
     grouped = [t for _, t in plan(grid, tmp_path / "grouped")]
@@ -353,8 +353,8 @@ def test_ode_only_runs_solved_in_batches_equal_runs_solved_alone(tmp_path, monke
     on the run's own config, and a batch that cannot be built falls back to one run at a time."""
     import numpy as np
 
-    from featureode.solve import solve_config
-    from featureode.trajectory import ODEResult
+    from featureode.ode.solve import solve_config
+    from featureode.results.trajectory import ODEResult
     grid_path = _write(tmp_path, ODE_GRID)
     grid = load_grid(grid_path)
     groups = sweeps.ode_groups(list(range(8)), workers=1)
@@ -371,7 +371,7 @@ def test_ode_only_runs_solved_in_batches_equal_runs_solved_alone(tmp_path, monke
     def broken(cfgs, **kw):
         seen.append(len(cfgs))
         raise RuntimeError("batch broken")
-    monkeypatch.setattr("featureode.kernel.kernel_theory_batch", broken)
+    monkeypatch.setattr("featureode.kernel.theory.kernel_theory_batch", broken)
     res = run_sweep(grid, tmp_path / "fallback", ode_only=True, progress=False)
     assert seen == [2, 2, 2, 2] and not res.failed
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "fallback" / "results.csv"),

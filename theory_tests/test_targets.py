@@ -15,9 +15,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from featureode.data import Spectrum
-from featureode.hermite import Mode
-from featureode.targets import Target, TargetError, parse_target
+from featureode.calculus.data import Spectrum
+from featureode.calculus.hermite import Mode
+from featureode.calculus.targets import Target, TargetError, parse_target
 
 ZS = sp.symbols("z0:4", real=True)
 SQ2, SQ3, SQ6 = sp.sqrt(2), sp.sqrt(3), sp.sqrt(6)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from featureode.trajectory import ODEResult, Status, Trajectory, TrajectoryFileError, write_json, write_npz
+from featureode.results.trajectory import ODEResult, Status, Trajectory, TrajectoryFileError, write_json, write_npz
 
 T = np.array([0.0, 0.1, 1.0, 10.0])
 
@@ -132,7 +132,7 @@ def test_write_json_layout_round_trips_and_keeps_series_on_one_line(tmp_path):
     arrays as lists); objects are indented, a list of numbers takes one line."""
     import json
 
-    from featureode.trajectory import write_json
+    from featureode.results.trajectory import write_json
     obj = {"a": np.array([1.0, np.nan, np.inf, -2.5]), "b": {"c": [{"x": np.float32(1.5)}, {"y": []}], "d": {}},
            "e": np.arange(6).reshape(2, 3), "f": [[1, [2, 3]], [4]], "g": "text", "h": None, "i": [True, False]}
     want = {"a": [1.0, None, None, -2.5], "b": {"c": [{"x": 1.5}, {"y": []}], "d": {}},

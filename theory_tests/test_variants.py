@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from _ode_theories import make_theory
-from featureode import ode
-from featureode.compile import compile_system
-from featureode.hermite import Mode
-from featureode.latex import expr_latex, system_latex, tex_text
-from featureode.second_order import second_order_constants
-from featureode.solve import solve_variant, system_inputs
-from featureode.variants import Variant, closure_names
+from featureode.ode import terms as ode
+from featureode.ode.compile import compile_system
+from featureode.calculus.hermite import Mode
+from featureode.export.latex import expr_latex, system_latex, tex_text
+from featureode.kernel.second_order import second_order_constants
+from featureode.ode.solve import solve_variant, system_inputs
+from featureode.ode.variants import Variant, closure_names
 
 G3 = np.array([0.25, 0.15, 0.1])
 
@@ -155,13 +155,13 @@ def test_second_order_closure_solves_and_uses_q():
 
 
 def test_second_order_closure_needs_the_activation():
-    from featureode.solve import SolveError
+    from featureode.ode.solve import SolveError
     with pytest.raises(SolveError, match="need the network's activation"):
         system_inputs(make_theory("z0", 4), Variant("second_order"))
 
 
 def test_parts_of_the_second_order_growth_sum_to_it_and_follow_the_closure():
-    from featureode.second_order import predicted_parts
+    from featureode.kernel.second_order import predicted_parts
     theory = dataclasses.replace(make_theory("staircase(2)", 8), activation="relu", bias_std=0.5)
     so = second_order_constants(theory.modes, theory.g, "relu", 0.5, drivers=[0, 1], n_neurons=4000)
     np.testing.assert_allclose(sum(so.S_parts.values()), so.S, rtol=1e-12, atol=1e-15)

@@ -3,7 +3,7 @@
 ``python docs/validation/closures_pilot.py RUN [RUN ...] --out docs/validation/closures_pilot.md`` reads each run
 folder's ``report.json`` (made by ``featureode compare``), and, when a folder ``RUN-ext`` beside it holds the same
 MLP run compared on the extended basis, that one too. For every target-basis run it also replays the measured
-``λ_β(t)`` (:func:`featureode.replay.replay_run`) and writes the diagnostics figure into the run folder
+``λ_β(t)`` (:func:`featureode.ode.replay.replay_run`) and writes the diagnostics figure into the run folder
 (``report_diagnostics.png``). The diagnostics column is the growth ``λ_β(t)/λ_β(0)`` of the target's leading mode
 at the MLP's t10 (or its last time), measured (eNTK) against each closure's prediction.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # this checkout's package
-from featureode.diagnostics import save_diagnostics  # noqa: E402
-from featureode.replay import replay_run  # noqa: E402
-from featureode.trajectory import ODEResult, Trajectory, read_json  # noqa: E402
+from featureode.export.diagnostics import save_diagnostics  # noqa: E402
+from featureode.ode.replay import replay_run  # noqa: E402
+from featureode.results.trajectory import ODEResult, Trajectory, read_json  # noqa: E402
 
 VARIANTS = ("lazy", "displacement", "second_order", "resummed")
 
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "**A pilot, not a validation**: one seed per case, five cases chosen to discriminate (the failures issue "
             "14 records), ReLU, σ_b = 0.5, N = 1024, B = 2048; test-loss ratios ODE/MLP (t50 / t10). No constant is "
             "fitted: `second_order` and `resummed` use the per-neuron second-order constants S_βα "
-            "(`featureode/second_order.py`, Monte Carlo over 10⁵ init neurons, `derivations/closure_second_order.py`)."
+            "(`featureode/kernel/second_order.py`, Monte Carlo over 10⁵ init neurons, `derivations/closure_second_order.py`)."
             " `replay` is the kernel flow driven by the measured λ_β(t) (uses measurements, not parameter-free), "
             "compared on the in-support loss. Made by `python docs/validation/closures_pilot.py RUN... --out FILE` "
             "from the run folders' report.json.", "", "## Target basis", "", *rows, "",

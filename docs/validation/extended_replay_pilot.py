@@ -5,9 +5,9 @@ for three cases of the wide suite, seed 0; prints and writes the t50 / t10 ratio
 """
 import json
 import sys
-from featureode.grid import load_grid, suite_path
-from featureode.sweeps import point_config
-from featureode.compare import compare_config
+from featureode.workflow.grid import load_grid, suite_path
+from featureode.workflow.sweeps import point_config
+from featureode.workflow.compare import compare_config
 grid = load_grid(suite_path("wide"))
 cases = {"relu_z0z1": "activation-relu_expr-z0_z1_dim16_exponent1.5_richness0.5_bias_std0.5_width1024",
          "erf_z0z1": "activation-erf_expr-z0_z1_dim16_exponent1.5_richness0.5_bias_std0.5_width1024",

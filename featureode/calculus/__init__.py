@@ -1,0 +1,1 @@
+"""Gaussian calculus: Hermite polynomials and derivative means, activations, targets, data spectra, quadrature."""

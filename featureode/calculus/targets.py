@@ -1,0 +1,243 @@
+"""Targets ``f*(x) = Σ_α v_α h_α(z)`` (DESIGN §1): parsing, exact Hermite decomposition, evaluation.
+
+A target expression is a polynomial written with
+
+* whitened coordinates ``z0, z1, …`` and eigenbasis inputs ``x0, x1, …`` (``x_i = sqrt(g_i) z_i``; with a full
+  covariance, ``x`` are the user's coordinates and are rotated into the eigenbasis),
+* Hermite factors ``h<n>(z<i>)`` (orthonormal ``h_n``), ``staircase(k) = (1/sqrt(k)) Σ_{j=1..k} z0*…*z_{j-1}``,
+* numbers, ``+ - * / ^ **``, parentheses, ``sqrt`` and ``pi``.
+
+It is expanded and decomposed exactly into Hermite modes (rational arithmetic where the inputs are rational).
+By default the non-constant part is normalised to unit variance ``Σ_{α≠0} v_α² = 1``; the constant term is
+reported separately (``constant``) and is not a mode of the normalised target.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import sympy as sp
+
+from featureode.calculus.data import Spectrum
+from featureode.calculus.hermite import Mode, hermite_expr, polynomial_to_hermite
+
+
+class TargetError(ValueError):
+    """A target expression that cannot be parsed or decomposed."""
+
+
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+                    r"|(?P<op>\*\*|[-+*/^(),]))")
+_FUNCS = {"staircase", "sqrt", "pi"}
+_ROUNDOFF = 1e-12  # relative size below which a coefficient from a floating-point rotation is round-off
+
+
+def _z(i: int) -> sp.Symbol:
+    """The whitened coordinate ``z_i`` (SymPy caches symbols, so every call gives the same object)."""
+    return sp.Symbol(f"z{i}", real=True)
+
+
+def _z_index(sym: Any) -> int | None:
+    """``i`` when ``sym`` is the symbol ``z_i``, else ``None``."""
+    m = re.fullmatch(r"z(\d+)", sym.name) if isinstance(sym, sp.Symbol) else None
+    return int(m.group(1)) if m else None
+
+
+def staircase_expr(k: int, dim: int) -> sp.Expr:
+    """``staircase(k) = (1/sqrt(k)) Σ_{j=1..k} z_0 ⋯ z_{j-1}`` (unit variance) in dimension ``dim``."""
+    if not (isinstance(k, (int, sp.Integer)) and not isinstance(k, bool)):
+        raise TargetError(f"staircase(k) needs an integer k, got {k}")
+    k = int(k)
+    if k < 1 or k > dim:
+        raise TargetError(f"staircase({k}) needs 1 ≤ k ≤ d = {dim}")
+    zs = [_z(i) for i in range(k)]
+    return sum((sp.Mul(*zs[:j]) for j in range(1, k + 1)), sp.Integer(0)) / sp.sqrt(k)
+
+
+def _check_syntax(text: str) -> str:
+    """``text`` with ``^`` as ``**``, after checking that it is a well-formed expression (else say where)."""
+    py = text.replace("^", "**")
+    try:
+        ast.parse(py, mode="eval")
+    except SyntaxError as exc:
+        at = (exc.offset or 1) - 1
+        at -= text[:at].count("^")  # position in the original text (each ^ became two characters)
+        raise TargetError(f"cannot parse target {text!r}: {exc.msg} at position {at} "
+                          f"({text[:at]!r} ⟨here⟩ {text[at:]!r})") from None
+    return py
+
+
+def _check_tokens(text: str, d: int) -> None:
+    """Reject unknown names, out-of-range dimensions and stray characters, saying where."""
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            at = pos + len(text[pos:]) - len(text[pos:].lstrip())
+            raise TargetError(f"cannot parse target {text!r}: unexpected character {text[at]!r} at position {at}")
+        name = m.group("name")
+        if name is not None:
+            where = m.start("name")
+            coord = re.fullmatch(r"([xz])(\d+)", name)
+            herm = re.fullmatch(r"h(\d+)", name)
+            if coord:
+                if len(coord.group(2)) > 1 and coord.group(2).startswith("0"):
+                    raise TargetError(f"target {text!r}: {name} at position {where} has a leading zero; write "
+                                      f"{coord.group(1)}{int(coord.group(2))}")
+                if int(coord.group(2)) >= d:
+                    raise TargetError(f"target {text!r}: {name} at position {where} is out of range for d = {d} "
+                                      f"(dimensions are 0-based: {coord.group(1)}0 … {coord.group(1)}{d - 1})")
+            elif not herm and name not in _FUNCS:
+                raise TargetError(f"target {text!r}: unknown name {name!r} at position {where}; use z<i>, x<i>, "
+                                  "h<n>(z<i>), staircase(k), sqrt, pi")
+        pos = m.end()
+
+
+def check_target_text(text: str, dim: int) -> None:
+    """The cheap checks of a target expression in dimension ``dim`` (syntax, names, coordinate ranges), without
+    decomposing it; raises :class:`TargetError` saying where."""
+    if not isinstance(text, str) or not text.strip():
+        raise TargetError(f"target must be a non-empty string, got {text!r}")
+    _check_tokens(text, dim)
+    _check_syntax(text)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A decomposed target: modes ``α`` with coefficients ``v_α`` (float and exact), plus the constant term."""
+
+    expr: str
+    dim: int
+    modes: tuple[Mode, ...]
+    exact: tuple[sp.Expr, ...]
+    constant_exact: sp.Expr = sp.Integer(0)
+    normalized: bool = True
+
+    @property
+    def coefficients(self) -> np.ndarray:
+        """``v_α`` as floats, in the order of ``modes``."""
+        return np.array([float(c) for c in self.exact])
+
+    @property
+    def constant(self) -> float:
+        """The constant term ``v_0`` (excluded from the modes when normalised)."""
+        return float(self.constant_exact)
+
+    @property
+    def variance(self) -> float:
+        """``Σ_{α≠0} v_α²`` (the constant mode, when listed, excluded)."""
+        return float(sum(c**2 for m, c in zip(self.modes, self.coefficients) if m.degree > 0))
+
+    def as_dict(self) -> dict[Mode, float]:
+        """``{α: v_α}``."""
+        return dict(zip(self.modes, self.coefficients))
+
+    def evaluate(self, z: Any) -> Any:
+        """``f*(z) = Σ_α v_α h_α(z)`` for samples of shape ``(..., d)``, NumPy or torch (constant excluded when
+        the target is normalised)."""
+        if z.shape[-1] != self.dim:
+            raise TargetError(f"samples have {z.shape[-1]} dimensions, target {self.expr!r} has d = {self.dim}")
+        out = z[..., 0] * 0
+        for m, v in zip(self.modes, self.coefficients):
+            out = out + float(v) * m.evaluate(z)
+        return out
+
+    # constructors ---------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_modes(cls, coeffs: Mapping["Mode | str", Any], dim: int, normalize: bool = True,
+                   expr: str | None = None) -> "Target":
+        """From ``{mode: coefficient}`` directly."""
+        parsed = {(m if isinstance(m, Mode) else Mode.parse(m)): sp.nsimplify(c) if isinstance(c, (int, str))
+                  else sp.sympify(c) for m, c in coeffs.items()}
+        for m in parsed:
+            m.check_dim(dim)
+        text = expr or " + ".join(f"{c}*{m}" for m, c in parsed.items())
+        return cls._build(text, dim, parsed, normalize)
+
+    @classmethod
+    def _build(cls, text: str, dim: int, coeffs: dict[Mode, sp.Expr], normalize: bool) -> "Target":
+        const = sp.sympify(coeffs.pop(Mode(), 0))
+        items = sorted((m, c) for m, c in coeffs.items() if c != 0)
+        if normalize:
+            var = sum((c**2 for _, c in items), sp.Integer(0))
+            if var == 0:
+                raise TargetError(f"target {text!r} has no non-constant part, so it cannot be normalised to unit "
+                                  "variance; use normalize=False")
+            norm = sp.sqrt(var)
+            # rationalise denominators only for sqrt(rational) norms: radsimp of nested surds is very slow
+            items = [(m, sp.radsimp(c / norm) if var.is_Rational else c / norm) for m, c in items]
+        elif const != 0:
+            items = [(Mode(), const)] + items
+        return cls(text, dim, tuple(m for m, _ in items), tuple(c for _, c in items), const, normalize)
+
+
+def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) -> Target:
+    """Parse and decompose a target expression (see module doc) under the covariance ``spectrum``.
+
+    ``spectrum`` may be an int ``d`` (then only z-coordinates may be used). Only the coordinates the expression
+    uses become SymPy symbols (all ``d`` of them only for x-coordinates under a full covariance), so a low-order
+    target decomposes in the same time at any ``d``.
+    """
+    d = spectrum if isinstance(spectrum, int) else spectrum.dim
+    check_target_text(text, d)
+    ns: dict[str, Any] = {f"z{i}": _z(i) for i in {int(n) for n in re.findall(r"\bz(\d+)\b", text)}}
+    used_x = sorted({int(n) for n in re.findall(r"\bx(\d+)\b", text)})
+    if isinstance(spectrum, Spectrum):
+        if spectrum.rotation is not None:  # user coordinates x_u = R x_eigen, x_eigen,i = sqrt(g_i) z_i
+            rot = spectrum.rotation
+            xe = [spectrum.sqrt_exact(i) * _z(i) for i in range(d)] if used_x else []
+            ns.update({f"x{j}": sum((sp.Float(rot[j, i], 17) * xe[i] for i in range(d)), sp.Integer(0))
+                       for j in used_x})
+        else:
+            ns.update({f"x{i}": spectrum.sqrt_exact(i) * _z(i) for i in used_x})
+    elif used_x:
+        raise TargetError(f"target {text!r} uses x-coordinates, which need the covariance spectrum, not only d")
+
+    def _h(n: int) -> Any:
+        def h(*args: Any) -> sp.Expr:
+            if len(args) != 1 or _z_index(args[0]) is None:
+                raise TargetError(f"target {text!r}: h{n}(...) takes a single whitened coordinate z<i>, "
+                                  f"got h{n}({', '.join(map(str, args))})")
+            return hermite_expr(n).subs(sp.Symbol("z", real=True), args[0])
+        return h
+
+    def _staircase(*args: Any) -> sp.Expr:
+        if len(args) != 1:
+            raise TargetError(f"target {text!r}: staircase(k) takes one integer, got {len(args)} arguments")
+        return staircase_expr(args[0], d)
+
+    for m in set(re.findall(r"\bh(\d+)\b", text)):
+        ns[f"h{m}"] = _h(int(m))
+    ns["staircase"] = _staircase
+    ns["sqrt"], ns["pi"] = sp.sqrt, sp.pi
+    py = text.replace("^", "**")
+    try:
+        expr = sp.sympify(py, locals=ns, rational=True)
+    except TargetError:
+        raise
+    except (sp.SympifyError, SyntaxError, TypeError, ValueError) as exc:
+        raise TargetError(f"cannot parse target {text!r}: {exc}") from None
+    if not isinstance(expr, sp.Expr):
+        raise TargetError(f"target {text!r} is not a single expression (got {type(expr).__name__} {expr})")
+    expr = sp.expand(expr)
+    index = sorted(i for i in map(_z_index, expr.free_symbols) if i is not None)
+    zs = [_z(i) for i in index]
+    if not expr.is_polynomial(*zs):
+        raise TargetError(f"target {text!r} is not a polynomial in the coordinates; only polynomial targets "
+                          "have a finite Hermite expansion")
+    # decomposed on the used coordinates (positions in zs), then written with their dimensions
+    if zs:
+        coeffs = {Mode.from_dict({index[pos]: n for pos, n in m.items}): c
+                  for m, c in polynomial_to_hermite(expr, zs).items()}
+    else:  # a constant
+        coeffs = {Mode(): expr} if expr != 0 else {}
+    if isinstance(spectrum, Spectrum) and spectrum.rotation is not None:
+        # the rotation is floating point: drop round-off modes (e.g. the cross terms of |x|² = Σ g_i z_i²)
+        top = max((abs(float(c)) for c in coeffs.values()), default=0.0)
+        coeffs = {m: c for m, c in coeffs.items() if abs(float(c)) > _ROUNDOFF * top}
+    return Target._build(text, d, coeffs, normalize)

@@ -1,0 +1,1 @@
+"""Foundations every layer uses: the error base, the registry, the disk cache."""

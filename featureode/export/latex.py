@@ -1,0 +1,284 @@
+"""LaTeX rendering of feature-ODE systems (DESIGN §4) and the standalone ``derive`` document.
+
+:func:`system_latex` prints a resolved system in indexed form, each term under a brace with its name (removed terms
+show their neutral value, replaced ones are marked). :func:`derive_document` writes a document that compiles with
+plain ``pdflatex`` (amsmath, amssymb and geometry, all in texlive-latex-base): setup, the terms, every
+variant with its ablations, and the constants with their values (numbers as ``m \\times 10^{e}`` outside
+``[10⁻³, 10⁴)``, long tables broken across pages).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import sympy as sp
+from sympy.printing.latex import LatexPrinter
+
+from featureode.ode import terms as ode
+from featureode.calculus.hermite import Mode
+from featureode.ode.indexed import IndexSpace
+from featureode.ode.variants import Variant, closure_names, get_closure, variants_from_config
+
+_INDEXED = {"f": "f_{%s}", "D": "D_{%s}", "v": "v_{%s}", "lam0": r"\lambda_{%s}(0)", "lam": r"\lambda_{%s}",
+            "rho": r"\rho_{%s}", "gpow": "g^{%s}", "c": "c_{|%s|}", "g": "g_{%s}", "r": "r_{%s}",
+            "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}", "S": r"S_{%s%s}", "Sd": r"\bar S_{%s}"}
+_LHS = {"r": "r_i", "s": "s", "rho": r"\rho_\beta", "lam": r"\lambda_\beta(t)",
+        "dfdt": r"\frac{d f_\beta}{dt}", "dDdt": r"\frac{d D_\beta}{dt}"}
+
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "^": r"\^{}", "#": r"\#",
+                "$": r"\$", "%": r"\%", "&": r"\&", "~": r"\~{}"}
+
+
+_ASCII = {"Σ": "sum ", "−": "-", "≤": "<=", "≥": ">=", "…": "...", "²": "^2"}
+
+
+def tex_text(text: str) -> str:
+    """Escape text for LaTeX (a few symbols spelled out, other non-ASCII characters become ``?``)."""
+    text = "".join(_ASCII.get(ch, ch) for ch in text).encode("ascii", "replace").decode()
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in text)
+
+
+def mode_latex(mode: Mode) -> str:
+    """``h_α`` in math mode: ``z_0 z_1``, ``h_2(z_0)``, ``1``."""
+    if not mode.items:
+        return "1"
+    return " ".join(f"z_{{{i}}}" if n == 1 else f"h_{{{n}}}(z_{{{i}}})" for i, n in mode.items)
+
+
+class _Printer(LatexPrinter):
+    """LaTeX in DESIGN notation; term placeholders are printed as braces labelled with the term name."""
+
+    def __init__(self, fill: Mapping[str, tuple[sp.Expr, str]] | None = None,
+                 space: IndexSpace | None = None) -> None:
+        super().__init__({"mul_symbol": None})
+        self.fill = dict(fill or {})
+        self.space = space or ode.index_space()
+
+    def _print_Indexed(self, expr: sp.Indexed) -> str:
+        template = _INDEXED.get(str(expr.base))
+        idx = [self._print(k) for k in expr.indices]
+        if template is None:
+            return f"{self._print(expr.base.label)}_{{{','.join(idx)}}}"
+        if str(expr.base) in ("K", "S"):
+            return template % (idx[0], idx[1])
+        return template % tuple(idx) if template.count("%s") == len(idx) else template % idx[0]
+
+    def _reduce(self, expr: sp.Expr, op: str) -> str:
+        idx = expr.limits[0][0]
+        if self.space.kinds[idx] == "mode":
+            under = rf"{self._print(idx)} \in \mathcal{{B}}"
+        else:
+            under = rf"{self._print(idx)}=0}}^{{d-1"
+        body = self._print(expr.function)
+        if isinstance(expr.function, sp.Add):
+            body = rf"\left({body}\right)"
+        return rf"{op}_{{{under}}} {body}"
+
+    def _print_Sum(self, expr: sp.Sum) -> str:
+        return self._reduce(expr, r"\sum")
+
+    def _print_Product(self, expr: sp.Product) -> str:
+        return self._reduce(expr, r"\prod")
+
+    def _print_Function(self, expr: sp.Expr, exp: Any = None) -> str:
+        name = type(expr).__name__
+        if name not in self.fill:
+            return super()._print_Function(expr, exp)
+        body, label = self.fill[name]
+        return rf"\underbrace{{{self._print(body)}}}_{{\text{{{label}}}}}"
+
+
+def expr_latex(expr: sp.Expr) -> str:
+    """An indexed expression in DESIGN notation."""
+    return _Printer().doprint(expr)
+
+
+def system_latex(system: ode.System) -> str:
+    """The system as an ``align*`` block, every term braced and named (removed: neutral value, marked)."""
+    fill = {}
+    for t in system.terms:
+        mark = " (replaced)" if t.name in system.replaced else ""
+        fill[t.name] = (t.body, rf"\texttt{{{tex_text(t.name)}}}{mark}")
+    for name in system.removed:
+        term = next(t for t in _all_terms() if t.name == name)
+        fill[name] = (term.neutral, rf"removed: \texttt{{{tex_text(name)}}}")
+    printer = _Printer(fill, system.space)
+    rows = [rf"{_LHS[a.name]} &= {printer.doprint(a.template)}" for a in system.assignments]
+    return "\\begin{align*}\n" + " \\\\\n".join(rows) + "\n\\end{align*}"
+
+
+def _all_terms() -> list[ode.Term]:
+    return list(ode.CORE_TERMS) + [c.term for c in map(get_closure, closure_names()) if c.term is not None]
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    """``x`` for math mode to ``digits`` significant digits: plain for ``10⁻³ ≤ |x| < 10⁴`` (and 0), else
+    ``m \times 10^{e}``; a dash when missing or not finite."""
+    if x is None or not np.isfinite(x):
+        return r"\text{--}"
+    x = float(x)
+    if x == 0 or 1e-3 <= abs(x) < 1e4:
+        return f"{x:.{digits}g}"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    power = rf"10^{{{int(exponent)}}}"
+    return power if mantissa == "1" else (rf"-{power}" if mantissa == "-1" else rf"{mantissa} \times {power}")
+
+
+#: rows per tabular of a long table (a tabular cannot break across pages; consecutive ones can)
+TABLE_ROWS = 40
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], align: str | None = None) -> str:
+    """A ruled table; ``align`` one letter per column (default: first column left, the others right). More than
+    :data:`TABLE_ROWS` rows become consecutive tabulars with the header repeated, so the table breaks across pages
+    (in one pdflatex pass, unlike ``longtable``)."""
+    header = list(header)
+    align = align or "l" + "r" * (len(header) - 1)
+    body = [" & ".join(row) + r" \\" for row in rows]
+    parts = []
+    for start in range(0, max(len(body), 1), TABLE_ROWS):
+        parts.append("\n".join([rf"\begin{{tabular}}{{{align}}}", r"\hline", " & ".join(header) + r" \\", r"\hline"]
+                               + body[start:start + TABLE_ROWS] + [r"\hline", r"\end{tabular}"]))
+    return "\n\n\\smallskip\n".join(parts)
+
+
+def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
+    system = variant.system(basis)
+    closure = variant.closure_obj
+    kappa = theory.kappa if variant.kappa is None else variant.kappa
+    facts = [rf"closure \texttt{{{tex_text(closure.name)}}}: {tex_text(closure.doc)}"]
+    if any(sp.Symbol("kappa") in a.expr.free_symbols for a in system.assignments):
+        facts.append(rf"$\kappa = {_num(kappa)}$" + (r" (derived, $\gamma^2 c_1/\Lambda_1^2$)"
+                                                      if variant.kappa is None else " (given)"))
+    facts.append("scale factor " + ("on" if variant.scale else "off"))
+    if system.removed:
+        facts.append("removed terms: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in system.removed))
+    if system.replaced:
+        facts.append("replaced terms: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in system.replaced))
+    uses = set().union(*(a.expr.free_symbols | {x.base for x in a.expr.atoms(sp.Indexed)}
+                         for a in system.assignments))
+    if ode.q in uses:
+        from featureode.ode.solve import closure_prefactor
+        name, q = closure_prefactor(theory)
+        facts.append(rf"$q = {_num(q)}$ (closure prefactor of the {tex_text(name)} parametrization)")
+    facts += [rf"${expr_latex(sp.Symbol(k))} = {_num(val)}$" for k, val in variant.param_values.items()]
+    out = (rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
+           + system_latex(system))
+    if ode.S in uses:
+        out += "\n" + _second_order_table(theory)
+    return out
+
+
+def _second_order_table(theory: Any) -> str:
+    """``S_{βα}`` (columns: the target's modes, which drive) with their Monte Carlo standard errors."""
+    from featureode.ode.solve import second_order_of
+
+    drivers, so = second_order_of(theory)
+    head = [r"$\beta$"] + [rf"$S_{{\beta,{mode_latex(theory.modes[k])}}}$" for k in drivers]
+    rows = [[f"${mode_latex(m)}$"] + [rf"${_num(so.S[r, k])} \pm {_num(so.S_stderr[r, k], 2)}$" for k in drivers]
+            for r, m in enumerate(theory.modes)]
+    return (rf"Second-order constants (Monte Carlo over ${so.n_neurons}$ init neurons):" + "\n\n"
+            + _table(head, rows) + "\n")
+
+
+#: the spectrum table lists every g_i up to this d, else the first and the last ones
+SPECTRUM_SHOWN = 64
+_SPECTRUM_COLUMNS = 8
+
+
+def _spectrum_table(g: np.ndarray) -> str:
+    """``g_0 … g_{d−1}`` as a table of ``_SPECTRUM_COLUMNS`` columns (a header row of indices over a row of values);
+    beyond :data:`SPECTRUM_SHOWN` entries the middle ones are left out, saying so."""
+    index = list(range(g.size))
+    if g.size > SPECTRUM_SHOWN:
+        index = index[: SPECTRUM_SHOWN - _SPECTRUM_COLUMNS] + index[-_SPECTRUM_COLUMNS:]
+    lines = [rf"\begin{{tabular}}{{{'r' * _SPECTRUM_COLUMNS}}}", r"\hline"]
+    for start in range(0, len(index), _SPECTRUM_COLUMNS):
+        block = index[start:start + _SPECTRUM_COLUMNS]
+        pad = [""] * (_SPECTRUM_COLUMNS - len(block))
+        lines += [" & ".join([rf"$g_{{{i}}}$" for i in block] + pad) + r" \\",
+                  " & ".join([f"${_num(g[i], 4)}$" for i in block] + pad) + r" \\", r"\hline"]
+    lines.append(r"\end{tabular}")
+    note = ""
+    if g.size > SPECTRUM_SHOWN:
+        first, last = index[SPECTRUM_SHOWN - _SPECTRUM_COLUMNS - 1] + 1, index[-_SPECTRUM_COLUMNS] - 1
+        note = rf" ($g_{{{first}}}, \dots, g_{{{last}}}$ not shown)"
+    return rf"Spectrum $g_0 \ge \dots \ge g_{{{g.size - 1}}}$, $\sum_i g_i = {_num(g.sum())}${note}:" + "\n\n" \
+        + r"\smallskip" + "\n" + "\n".join(lines)
+
+
+def _constants(theory: Any) -> str:
+    g = np.asarray(theory.g, dtype=float)
+    lam_e, err, lam_h = (np.asarray(x, dtype=float) for x in
+                         (theory.lambda_exact, theory.lambda_exact_stderr, theory.lambda_hea))
+    sampled = bool(np.any(err > 0))  # Monte Carlo eigenvalues carry an error bar; quadrature ones are exact
+    rows = [[f"${mode_latex(m)}$", f"${_num(float(vb))}$", f"${_num(le)}$"] + ([f"${_num(se, 2)}$"] if sampled else [])
+            + [f"${_num(lh)}$", f"${_num(float(m.g_power(g)))}$"]
+            for m, vb, le, se, lh in zip(theory.modes, np.asarray(theory.target, float), lam_e, err, lam_h)]
+    header = ([r"$\beta$", r"$v_\beta$", r"$\lambda_\beta(0)$ exact"] + ([r"std.\ error"] if sampled else [])
+              + [r"$\lambda_\beta(0)$ HEA", r"$g^\beta$"])
+    modes = _table(header, rows)
+    lev = _table(["$l$", r"$\Lambda_l$", "$c_l$"],
+                 [[f"${k}$", f"${_num(float(a))}$", f"${_num(float(b))}$"]
+                  for k, (a, b) in enumerate(zip(theory.level_coefficients, theory.c))])
+    return ("\\section*{Constants}\n"
+            + rf"$\gamma = {_num(theory.gamma)}$, derived $\kappa = \gamma^2 c_1/\Lambda_1^2 = {_num(theory.kappa)}$."
+            + "\n\n" + _spectrum_table(g) + "\n\n\\medskip\n"
+            + rf"Initial eigenvalues of the $M = {len(theory.modes)}$ modes"
+            + (" (Monte Carlo, with standard errors)" if sampled else " (deterministic quadrature)") + ":\n\n"
+            + "\\smallskip\n" + modes + "\n\n\\medskip\n" + r"Level coefficients $\Lambda_l$ and displacement constants $c_l$:"
+            + "\n\n\\smallskip\n" + lev + "\n")
+
+
+def _spectrum_text(cfg: Any) -> str:
+    """The covariance of ``[data]`` in words and math (its values are in the Constants section)."""
+    d = cfg.data
+    if d.covariance is not None:
+        return (r"a full covariance $\Sigma$, diagonalised: $g_i$ are its eigenvalues and $z$ the whitened "
+                r"coordinates of its eigenbasis")
+    if d.eigenvalues is not None:
+        return r"explicit eigenvalues $g_0 \ge \dots \ge g_{d-1}$"
+    return (rf"power-law spectrum $g_i \propto (i + {_num(d.offset)})^{{-{_num(d.exponent)}}}$, "
+            r"$i = 0, \dots, d-1$, normalised to $\sum_i g_i = 1$")
+
+
+def derive_document(cfg: Any, theory: Any = None) -> str:
+    """A standalone LaTeX document for the config's ODE family (``theory``: a ``KernelTheory``; computed with
+    ``featureode.kernel.theory.kernel_theory`` when ``None``)."""
+    o = cfg.ode
+    if theory is None:
+        from featureode.kernel import theory as kernel
+        theory = kernel.kernel_theory(cfg, with_gram=o.basis == "extended")
+    variants = variants_from_config(o, allow_replay=True)  # replay is measured, not an ODE: not typeset
+    n = cfg.network
+    setup = (rf"Target \texttt{{{tex_text(cfg.target.expr)}}} in $d = {cfg.data.dim}$ dimensions, "
+             rf"{_spectrum_text(cfg)}; activation \texttt{{{tex_text(n.activation)}}}, "
+             rf"richness $\gamma = {_num(n.richness)}$, bias scale $\sigma_b = {_num(n.bias_std)}$; "
+             rf"mode set: {tex_text(o.basis)} basis with $M = {len(theory.modes)}$ modes "
+             rf"$\mathcal{{B}}$; initial eigenvalues: {tex_text(o.eigenvalues)}; "
+             rf"$t_{{\max}} = {_num(cfg.training.t_max)}$.")
+    notation = (r"State per mode $\beta \in \mathcal{B}$: the network coefficient $f_\beta(t)$ and the integrated "
+                r"residual $D_\beta(t)$, both 0 at $t = 0$. $\beta_i$ is the order of mode $\beta$ along direction "
+                r"$i$, $|\beta| = \sum_i \beta_i$, $g^\beta = \prod_i g_i^{\beta_i}$; $v_\beta$ the target, "
+                r"$\lambda_\beta(0)$ the initial eigenvalue, $c_l$ and $\Lambda_l$ the closure constants; "
+                r"$\tilde K_{\beta\alpha}$ the initial Gram matrix with zero diagonal (extended basis). "
+                r"Loss $L(t)/L(0) = \sum_\beta (v_\beta - f_\beta)^2 / \sum_\beta v_\beta^2$.")
+    used = {t for v in variants for t in v.term_names(o.basis)}
+    terms = [t for t in _all_terms() if t.name in used]
+    terms += [v.closure_obj.term for v in variants if v.closure_obj.term is not None
+              and v.closure_obj.term.name not in {t.name for t in terms}]
+    # each term's body on its own displayed line: an inline formula cannot break and overflowed the margin
+    items = "\n".join(rf"\item[\texttt{{{tex_text(t.name)}}}] {tex_text(t.doc)}:"
+                      rf"\[ {expr_latex(t.body)} \qquad \text{{(removed: ${expr_latex(t.neutral)}$)}} \]"
+                      for t in terms)
+    parts = [r"\documentclass[11pt]{article}", r"\usepackage[margin=2cm]{geometry}",
+             r"\usepackage{amsmath,amssymb}",
+             r"\allowdisplaybreaks", r"\begin{document}",
+             rf"\section*{{Feature ODE for \texttt{{{tex_text(cfg.target.expr)}}}}}", setup, "",
+             notation, r"\section*{Terms}", r"\begin{description}", items, r"\end{description}",
+             r"\section*{Variants}"]
+    parts += [_variant_section(v, o.basis, theory) for v in variants]
+    parts += [_constants(theory), r"\end{document}", ""]
+    return "\n".join(parts)

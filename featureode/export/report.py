@@ -1,0 +1,366 @@
+"""The comparison report of one config (DESIGN §5–6): :class:`Report`, built from an
+:class:`~featureode.results.trajectory.ODEResult` and the network's :class:`~featureode.results.trajectory.Trajectory`, and its three
+files ``report.json``, ``report.md`` and ``report.png``.
+
+For each ODE variant against the MLP (no constant is fitted): ``t50``, ``t10``, the ratios ODE/MLP (a
+:class:`~featureode.results.metrics.Ratio`: exact, or a bound where one curve ends before it crosses) and ``log_rms``, on the
+test loss and on the in-support loss ``Σ_β (v_β − f_β)² / Σ v_β²`` (the target's modes only; on the target basis the
+ODE's loss is an in-support loss by construction).
+
+The figure is built on :class:`matplotlib.figure.Figure` (no pyplot, no global backend): loss curves with the 0.5
+and 0.1 levels and each curve's ``t50``/``t10`` marked; mode coefficients ``f_β(t)`` with the targets ``v_β``;
+eigenvalues ``λ_β(t)``. One colour per variant (the MLP is black) and one line style per mode, in every panel.
+"""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from featureode.config import Config
+from featureode.results.metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss
+from featureode.results.trajectory import ODEResult, Trajectory, json_ready, write_bytes, write_json, write_text
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+#: Line style of the k-th mode shown (the same in every panel).
+MODE_STYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 2)))
+MLP_COLOUR = "black"
+MLP_IN_SUPPORT_COLOUR = "0.55"
+LEVELS = {"t50": 0.5, "t10": 0.1}
+
+
+class ReportError(ValueError):
+    """A report request that cannot be met (an unknown figure variant); the message names the valid choices."""
+
+
+@dataclass(frozen=True)
+class MLPSummary:
+    """The network's curves as reported: ``loss`` is ``L/L(0)`` of the test loss, ``in_support_loss`` as measured;
+    crossings of both; how the run ended."""
+
+    t: np.ndarray
+    loss: np.ndarray
+    in_support_loss: np.ndarray
+    t50: float | None
+    t10: float | None
+    in_support_t50: float | None
+    in_support_t10: float | None
+    complete: bool
+    reached_t: float
+    error: str | None = None
+
+    @classmethod
+    def of(cls, mlp: Trajectory) -> "MLPSummary":
+        """The summary of a simulation (``kind = "mlp"``)."""
+        t = np.asarray(mlp.t, float)
+        test = mlp.ratio
+        insup = np.asarray(mlp.in_support_loss if mlp.in_support_loss is not None
+                           else in_support_loss(mlp.f, mlp.target), float)
+        return cls(t, test, insup, crossing_time(t, test, 0.5), crossing_time(t, test, 0.1),
+                   crossing_time(t, insup / insup[0], 0.5), crossing_time(t, insup / insup[0], 0.1),
+                   mlp.status.complete, mlp.end_t, mlp.status.error)
+
+    @property
+    def status(self) -> str:
+        """``"ok"``, or how the run ended early."""
+        if self.error is not None:
+            return self.error
+        return "ok" if self.complete else f"stopped early at t = {self.reached_t:.4g}"
+
+    def to_json(self) -> dict[str, Any]:
+        """``report.json``'s ``"mlp"`` entry (DESIGN §6 keys plus in-support crossings and the run's end)."""
+        out = {"t": self.t, "loss": self.loss, "in_support_loss": self.in_support_loss, "t50": self.t50,
+               "t10": self.t10, "in_support_t50": self.in_support_t50, "in_support_t10": self.in_support_t10,
+               "complete": self.complete, "reached_t": self.reached_t, "status": self.status}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class VariantReport:
+    """One ODE variant against the MLP: its normalised loss curve, the metrics on the test loss and on the
+    in-support loss (``None`` when the variant produced no curve), and its error if it failed."""
+
+    name: str
+    t: np.ndarray
+    loss: np.ndarray
+    metrics: CurveMetrics | None
+    in_support: CurveMetrics | None
+    error: str | None = None
+
+    @property
+    def status(self) -> str:
+        """``"ok"`` or the error."""
+        return "ok" if self.error is None else self.error
+
+    def to_json(self) -> dict[str, Any]:
+        """``report.json``'s ``variants[NAME]`` entry (DESIGN §6 keys, ratio ranges, ``in_support``)."""
+        if self.metrics is None:
+            out: dict[str, Any] = {"t": [], "loss": [], "t50": None, "t10": None, "t50_ratio": None,
+                                   "t10_ratio": None, "log_rms": None, "in_support": {}}
+        else:
+            ins = self.in_support.to_json() if self.in_support is not None else {}
+            out = {"t": self.t, "loss": self.loss, **self.metrics.to_json(), "in_support": ins}
+        out["status"] = self.status
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class Report:
+    """The comparison of every ODE variant of ``config`` with its MLP (DESIGN §5), with the results it was built
+    from (``ode``, ``network``) for the figure."""
+
+    config: Config
+    modes: tuple[str, ...]
+    mlp: MLPSummary
+    variants: Mapping[str, VariantReport]
+    ode: ODEResult
+    network: Trajectory
+    wall_s: float | None = None
+
+    @property
+    def digest(self) -> str:
+        """The digest of the whole config (the key of a cached ``report.json``)."""
+        return self.config.digest()
+
+    @property
+    def status(self) -> str:
+        """``"ok"``, or what went wrong (the MLP's early stop, each failed variant)."""
+        issues = ([] if self.mlp.status == "ok" else [f"MLP {self.mlp.status}"]) + [
+            f"{name}: {v.error}" for name, v in self.variants.items() if v.error is not None]
+        return "ok" if not issues else "; ".join(issues)
+
+    def to_json(self) -> dict[str, Any]:
+        """``report.json`` in strict JSON form (DESIGN §6: ``mlp``, ``variants``; plus ``config``, ``modes``,
+        ``digest``, ``wall_s``, ``status``)."""
+        return json_ready({"config": self.config.to_dict(), "modes": list(self.modes), "mlp": self.mlp.to_json(),
+                           "variants": {k: v.to_json() for k, v in self.variants.items()}, "digest": self.digest,
+                           "wall_s": self.wall_s, "status": self.status})
+
+    def markdown(self) -> str:
+        """``report.md``: the metrics table."""
+        return report_markdown(self)
+
+    def figure(self, variant: "str | Sequence[str] | None" = None) -> "Figure":
+        """The report's figure (:func:`report_figure`)."""
+        return report_figure(self, variant)
+
+    def write(self, out: "str | Path", variant: "str | Sequence[str] | None" = None) -> None:
+        """Write ``out/report.json``, ``report.md`` and ``report.png`` (atomically)."""
+        out = Path(out)
+        write_json(out / "report.json", self.to_json())
+        write_text(out / "report.md", self.markdown())
+        buf = io.BytesIO()
+        self.figure(variant).savefig(buf, format="png", dpi=110)
+        write_bytes(out / "report.png", buf.getvalue())
+
+
+def build_report(cfg: Config, ode: ODEResult, mlp: Trajectory, wall_s: float | None = None) -> Report:
+    """The :class:`Report` of the ODE variants ``ode`` against the simulation ``mlp`` of ``cfg``."""
+    summary = MLPSummary.of(mlp)
+    variants: dict[str, VariantReport] = {}
+    for name, tr in ode.variants.items():
+        if len(tr.t) < 2:
+            variants[name] = VariantReport(name, np.zeros(0), np.zeros(0), None, None,
+                                           tr.status.error or "no solution")
+            continue
+        met = curve_metrics(tr.t, tr.loss, summary.t, summary.loss)
+        # the ODE's loss on the target's modes only (on an extended basis the other modes are left out, as in the
+        # MLP's in-support loss)
+        ode_insup = tr.in_support_loss if tr.in_support_loss is not None else in_support_loss(tr.f, ode.target)
+        ins = curve_metrics(tr.t, ode_insup, summary.t, summary.in_support_loss)
+        variants[name] = VariantReport(name, np.asarray(tr.t, float), tr.ratio, met, ins,
+                                       tr.status.error)
+    return Report(cfg, tuple(ode.modes), summary, variants, ode, mlp, wall_s)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# report.md
+# ----------------------------------------------------------------------------------------------------------------
+def _num(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}g}"
+
+
+def report_markdown(report: Report) -> str:
+    """The metrics table of ``report.md``."""
+    cfg, m = report.config, report.mlp
+    lines = [f"# featureode compare: `{cfg.target.expr}`, d = {cfg.data.dim}, γ = {cfg.network.richness}, "
+             f"{cfg.network.activation}, N = {cfg.network.width}",
+             "",
+             f"MLP (test loss): t50 = {_num(m.t50, 4)}, t10 = {_num(m.t10, 4)}; in-support loss: "
+             f"t50 = {_num(m.in_support_t50, 4)}, t10 = {_num(m.in_support_t10, 4)}"
+             + ("" if m.complete else f" — **MLP stopped early at t = {m.reached_t:.4g}**"),
+             "",
+             "No constant below is fitted: every ODE constant is derived from the network's parametrisation.",
+             "",
+             "| variant | t50 | t10 | t50 ratio | t10 ratio | log-RMS | t50 ratio (in-support) | "
+             "t10 ratio (in-support) | log-RMS (in-support) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, v in report.variants.items():
+        if v.metrics is None:
+            lines.append(f"| {name} | — | — | — | — | — | — | — | — |")
+            continue
+        a, s = v.metrics, v.in_support
+        lines.append(f"| {name} | {_num(a.t50, 4)} | {_num(a.t10, 4)} | {a.t50_ratio.text()} | {a.t10_ratio.text()} | "
+                     f"{_num(a.log_rms)} | {s.t50_ratio.text()} | {s.t10_ratio.text()} | {_num(s.log_rms)} |")
+    lines += [f"\n**{name} failed**: {v.error}" for name, v in report.variants.items() if v.error]
+    lines += ["", "Ratios are ODE/MLP (`< x`, `> x`: a bound, where one curve ends before it crosses); log-RMS is the "
+              "RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",
+              "![report](report.png)", ""]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# report.png
+# ----------------------------------------------------------------------------------------------------------------
+def variant_colours(names: Sequence[str]) -> dict[str, Any]:
+    """One colour per ODE variant, in the listed order (matplotlib's default cycle; the MLP is black)."""
+    import matplotlib
+
+    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {name: cycle[k % len(cycle)] for k, name in enumerate(names)}
+
+
+def figure_variants(names: Sequence[str], variant: "str | Sequence[str] | None") -> list[str]:
+    """The variants drawn in the mode and eigenvalue panels, out of ``names``: ``variant`` (a name or several), by
+    default ``displacement`` if present, else the first. An unknown name is a :class:`ReportError` listing the valid ones."""
+    names = list(names)
+    if variant is None:
+        return ["displacement"] if "displacement" in names else names[:1]
+    chosen = [variant] if isinstance(variant, str) else list(variant)
+    unknown = [v for v in chosen if v not in names]
+    if unknown:
+        raise ReportError(f"figure variant {', '.join(map(repr, unknown))} is not a variant of this config; choose "
+                         f"from {', '.join(names)}")
+    return chosen
+
+
+def _positive(t: np.ndarray) -> np.ndarray:
+    return np.asarray(t, float) > 0
+
+
+def _tick_label(x: float, _pos: Any = None) -> str:
+    return f"{x:g}"
+
+
+def _log_ticks(ax: Any, which: str) -> None:
+    """Readable ticks on a log axis: at least a factor 4 in range (a nearly constant curve of a short run does not
+    leave one sub-decade with no or repeated labels), labels 1-2-5 per decade on short ranges, plain numbers."""
+    from matplotlib import ticker
+
+    get, set_ = (ax.get_xlim, ax.set_xlim) if which == "x" else (ax.get_ylim, ax.set_ylim)
+    lo, hi = get()
+    if hi / lo < 4:
+        mid = math.sqrt(lo * hi)
+        lo, hi = mid / 2, mid * 2
+        set_(lo, hi)
+    decades = math.log10(hi / lo)
+    subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0, 3.0) if decades <= 3.5 else (1.0,)
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=subs, numticks=30))
+    axis.set_major_formatter(ticker.FuncFormatter(_tick_label))
+    axis.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(1, 10) * 1.0, numticks=30))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def report_figure(report: Report, variant: "str | Sequence[str] | None" = None) -> "Figure":
+    """A :class:`matplotlib.figure.Figure` of three panels on shared log-time axes: the loss ``L(t)/L(0)`` (MLP test
+    and in-support loss, every ODE variant; the levels 0.5 and 0.1 with each curve's ``t50``/``t10`` marked), the
+    mode coefficients ``f_β(t)`` with the targets ``v_β``, and the eigenvalues ``λ_β(t)``. ``variant``: the ODE
+    variant(s) of the last two panels (default ``displacement`` if present, else the first)."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import blended_transform_factory
+
+    cfg, mlp, net = report.config, report.mlp, report.network
+    colours = variant_colours(list(report.variants))
+    shown_variants = figure_variants(list(report.variants), variant)
+    fig = Figure(figsize=(17, 5.0))
+    axes = fig.subplots(1, 3, sharex=True)
+
+    # loss ------------------------------------------------------------------------------------------------------
+    ax = axes[0]
+    at_right = blended_transform_factory(ax.transAxes, ax.transData)
+    for key, level in LEVELS.items():
+        ax.axhline(level, color="0.7", lw=0.8, ls=":", zorder=0)
+        ax.text(0.99, level, f"{level:g} ({key})", transform=at_right, ha="right", va="bottom", fontsize=7,
+                color="0.35")
+    pos = _positive(mlp.t)
+    curves = [("MLP test loss", mlp.t, mlp.loss, MLP_COLOUR, 2.2),
+              ("MLP in-support loss", mlp.t, mlp.in_support_loss / mlp.in_support_loss[0], MLP_IN_SUPPORT_COLOUR,
+               1.5)]
+    curves += [(f"ODE {name}", v.t, v.loss, colours[name], 1.5) for name, v in report.variants.items()
+               if len(v.t) > 1]
+    for label, t, y, colour, lw in curves:
+        keep = _positive(t)
+        ax.plot(t[keep], y[keep], color=colour, lw=lw, label=label)
+        for key, level in LEVELS.items():
+            tc = crossing_time(t, y, level)
+            if tc is not None and tc > 0:
+                ax.plot([tc], [level], "o", ms=6, color=colour, mec="white", mew=0.8, zorder=5,
+                        label=f"_{key} {label}")
+    ax.set(xscale="log", yscale="log", xlabel="t", ylabel="L(t)/L(0)", title="loss (dots: t50 and t10 crossings)")
+    ax.set_ylim(bottom=max(1e-4, ax.get_ylim()[0]))
+    ax.legend(fontsize=8, loc="lower left")
+
+    # modes and eigenvalues -------------------------------------------------------------------------------------
+    ode_modes, mlp_modes = list(report.ode.modes), list(net.modes)
+    target = dict(zip(ode_modes, np.asarray(report.ode.target, float)))
+    shown = [m for m in mlp_modes if m in ode_modes][:len(MODE_STYLES)]
+    style = dict(zip(shown, MODE_STYLES))
+    for ax, key, ylabel, title in ((axes[1], "f", "f_β(t)", "mode coefficients f_β(t)"),
+                                   (axes[2], "lambda", "λ_β(t)", "eigenvalues λ_β(t)")):
+        y_mlp = net.get(key)
+        for mode in shown:
+            if y_mlp is not None:
+                i = mlp_modes.index(mode)
+                y = np.asarray(y_mlp, float)[:, i]
+                ax.plot(net.t[pos], y[pos], ls=style[mode], color=MLP_COLOUR, lw=1.0, marker="o", ms=2.5)
+                if key == "f" and net.f_stderr is not None:
+                    e = np.asarray(net.f_stderr, float)[:, i]
+                    ax.fill_between(net.t[pos], (y - 2 * e)[pos], (y + 2 * e)[pos], color=MLP_COLOUR, alpha=0.12,
+                                    lw=0)
+            for name in shown_variants:
+                tr = report.ode.variants[name]
+                y_ode = tr.get(key)
+                own = list(tr.modes) or ode_modes  # a replay lives on the network's measured modes
+                if y_ode is None or len(tr.t) < 2 or mode not in own:
+                    continue
+                keep = _positive(tr.t)
+                ax.plot(tr.t[keep], np.asarray(y_ode, float)[keep, own.index(mode)], ls=style[mode],
+                        color=colours[name], lw=1.6)
+        ax.set(xscale="log", xlabel="t", ylabel=ylabel, title=f"{title}; ODE: {', '.join(shown_variants)}")
+        if key == "lambda":
+            ax.set_yscale("log")
+        handles = [Line2D([], [], color="0.3", ls=style[m], label=m) for m in shown]
+        handles += [Line2D([], [], color=MLP_COLOUR, marker="o", ms=3, ls="none", label="MLP")]
+        handles += [Line2D([], [], color=colours[n], lw=1.6, label=f"ODE {n}") for n in shown_variants]
+        ax.legend(handles=handles, fontsize=7, loc="center left" if key == "f" else "best")
+
+    # the targets v_β on the mode panel, grouped where modes share a value
+    ax = axes[1]
+    at_left = blended_transform_factory(ax.transAxes, ax.transData)
+    groups: dict[float, list[str]] = {}
+    for mode in shown:
+        groups.setdefault(round(float(target[mode]), 12), []).append(mode)
+    for value, modes in groups.items():
+        ax.axhline(value, color="0.6", lw=0.9, ls=style[modes[0]], zorder=0)
+        ax.text(0.01, value, "target " + " = ".join(f"v[{m}]" for m in modes) + f" = {value:.3g}",
+                transform=at_left, ha="left", va="bottom", fontsize=7, color="0.35")
+
+    for ax, which in ((axes[0], "x"), (axes[0], "y"), (axes[2], "y")):
+        _log_ticks(ax, which)
+    fig.suptitle(f"{cfg.target.expr}, d = {cfg.data.dim}, γ = {cfg.network.richness}, {cfg.network.activation}, "
+                 f"N = {cfg.network.width}; batch {cfg.training.batch}, seed {cfg.training.seed}, "
+                 f"t_max = {cfg.training.t_max:g} (bands: ±2 s.e.)")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,387 @@
+"""The init law of a neuron's pre-activation scale (DESIGN §3–4): the law of ``Q = |ŵ|²`` and the bias rule.
+
+Under ``ŵ_i ~ N(0, g_i)`` the kernel averages are ``E[ŵ^{2γ} (P) F(Q)]`` with ``P = Σ_i g_i ŵ_i²``. The weight
+``ŵ^{2γ}`` size-biases the law of ``Q``: ``E[ŵ^{2γ} F(Q)] = M_γ E[F(Σ_i g_i X_i)]`` with ``X_i ~ χ²_{1+2γ_i}``
+independent and ``M_γ = Π_i (2γ_i−1)!! g_i^{γ_i}``, whose Laplace transform is ``Π_i (1 + 2t g_i)^{−(1/2+γ_i)}``;
+the extra factor ``P`` multiplies it by ``Σ_i (2γ_i+1) g_i²/(1 + 2t g_i)``.
+
+* :class:`QLaw` (one per spectrum ``g``): the measure ``ν_γ(dQ)`` discretised on a logarithmic grid (density by
+  Talbot inversion of the exact Laplace transform) or, where that cancels badly, by a Gauss rule from the exact
+  cumulants. Measures are cached per ``(γ, weighted)``; they do not depend on the activation or on ``σ_b``.
+* :class:`BiasRule` (one per ``σ_b`` and smoothness of σ): nodes and weights in ``b ~ N(0, σ_b²)`` for each ``Q``.
+* :class:`QGrid`: the logarithmic grid ``Q_j = e^{y_0 + j·step}``; spectra with the same ``Σ g`` share it, so the
+  activation's means on it are shared too (:mod:`featureode.kernel.theory`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+import mpmath
+import numpy as np
+from scipy.linalg import eigh_tridiagonal
+
+__all__ = ["STEP", "MAX_ORDER", "Gamma", "Measure", "QGrid", "QLaw", "BiasRule", "InitLawError", "q_law",
+           "bias_rule"]
+
+#: Step of the logarithmic grid in ``Q = |ŵ|²`` (and of the sinh-mapped grid in ``b``); halving it changes
+#: results by ~1e-12 relative (see ``theory_tests/test_kernel.py``).
+STEP = 0.1
+#: Highest derivative order ``m_k`` the kernel layer evaluates (mode degree + 2).
+MAX_ORDER = 24
+
+Gamma = tuple[tuple[int, int], ...]   # sparse half multi-index γ: ((dim, γ_i), …), γ_i ≥ 1
+
+
+class InitLawError(ValueError):
+    """A discretisation of the init law that cannot be trusted (reported, never silently used)."""
+
+
+def _double_factorial(n: int) -> int:
+    return math.prod(range(n, 0, -2)) if n > 0 else 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the grid
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QGrid:
+    """``Q_j = exp(y_0 + j·step)`` (``np.arange`` from ``y_0``), ``j = 0 … n−1``; trapezoidal weights ``step·Q_j``.
+
+    ``y_0 = log(Q_MIN Σg)``, with ``Σg`` within 1e-12 of 1 taken as 1 (the float sum of a normalised spectrum), so
+    every normalised spectrum has the same grid and shares the activation's mean table."""
+
+    y0: float
+    step: float
+    n: int
+
+    Q_MIN = 1e-24          # lower end of the Q grid, relative to Σg
+    TAIL = 120.0           # upper end: Σg + (TAIL + 4·MAX_ORDER) g_0
+
+    @classmethod
+    def for_spectrum(cls, g: np.ndarray, step: float) -> "QGrid":
+        total, top = float(g.sum()), float(g.max())
+        y0 = math.log(cls.Q_MIN * (1.0 if abs(total - 1) <= 1e-12 else total))
+        n = np.arange(y0, math.log(total + (cls.TAIL + 4 * MAX_ORDER) * top), step).size
+        return cls(y0, float(step), int(n))
+
+    @cached_property
+    def Q(self) -> np.ndarray:
+        return np.exp(np.arange(self.y0, self.y0 + (self.n - 0.5) * self.step, self.step)[: self.n])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the law of Q
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measure:
+    """``ν(dQ) = E[ŵ^{2γ} (P); |ŵ|² ∈ dQ] ≈ mass · Σ_j w_j δ_{Q_j}``: on the grid (``rows`` into it) or at the
+    nodes of a Gauss rule (``rows`` is ``None``)."""
+
+    mass: float
+    Q: np.ndarray
+    w: np.ndarray
+    rows: np.ndarray | None
+
+
+class QLaw:
+    """The measures ``ν_γ`` of ``Q = |ŵ|²`` for one spectrum ``g`` (see the module docstring).
+
+    * Density method (default): ``ν̂`` by inverse Laplace transform on a fixed Talbot contour (``talbot`` nodes)
+      at the points of the logarithmic grid, and the trapezoidal rule in ``y = log Q``. Convergence is geometric
+      (the integrand is analytic in a strip of the ``y`` plane, and the power laws at ``Q → 0`` become exponential
+      decay in ``y``). It is accepted only if the grid reproduces the exact mass, mean and second moment of ``ν̂``
+      to ``CHECK``.
+    * Gauss rule (fallback, for laws concentrated far from 0, where the Talbot sum cancels badly): ``N_GAUSS``
+      nodes from the exact moments (:func:`gauss_rule`).
+
+    The Talbot terms of ``γ`` are ``base · Π_i (1 + 2 z g_i)^{−γ_i}``: the base (the ``γ = 0`` law times the
+    contour weights) and the per-direction factors are computed once and multiplied, not re-exponentiated.
+    """
+
+    N_GAUSS = 24
+    CHECK = 1e-7
+
+    def __init__(self, g: "tuple[float, ...]", step: float = STEP, talbot: int = 24):
+        self.g = np.asarray(g, dtype=float)
+        self.grid = QGrid.for_spectrum(self.g, step)
+        self.talbot = talbot
+        Q = self.grid.Q
+        self.wq = step * Q
+        # fixed Talbot contour z_k = r θ_k (cot θ_k + i), θ_k = kπ/M, r = 2M/(5Q); column 0 is the real point z = r
+        th = np.arange(1, talbot) * math.pi / talbot
+        cot = 1 / np.tan(th)
+        r = 2 * talbot / (5 * Q)
+        self.z = np.concatenate([r[:, None] + 0j, r[:, None] * (th * (cot + 1j))[None, :]], axis=1)
+        coef = np.concatenate([[0.5 + 0j], 1 + 1j * (th + (th * cot - 1) * cot)])
+        self._coef, self._r = coef, r
+        # the contour terms of the γ = 0 law, computed per row on first use (rows of negligible weight never are)
+        self._base = np.empty(self.z.shape, dtype=complex)
+        self._p_base = np.empty(self.z.shape, dtype=complex)
+        self._ready = np.zeros(Q.size, dtype=bool)
+        # log of the bound ν̂_0(Q) ≤ Q^{d/2−1} / (Γ(d/2) Π_i sqrt(2 g_i)) (each g_i X_i has density ≤ q^{−1/2}/…)
+        self._log_bound0 = ((self.dim / 2 - 1) * np.log(Q) - math.lgamma(self.dim / 2)
+                            - 0.5 * float(np.sum(np.log(2 * self.g))))
+        total = float(self.g.sum())
+        self._bulk = np.flatnonzero((Q >= total / 8) & (Q <= 8 * total))   # rows around the mean of Q
+        self._recip: dict[int, list[np.ndarray]] = {}
+        self._psum = [float(np.sum(self.g**n)) for n in range(5)]
+        self._rows: dict[float, int] = {}
+        self._last_product: tuple | None = None
+        self._measures: dict[tuple[Gamma, bool], tuple[int, Measure]] = {}
+
+    @property
+    def dim(self) -> int:
+        return int(self.g.size)
+
+    @property
+    def Q(self) -> np.ndarray:
+        return self.grid.Q
+
+    def _power(self, i: int, n: int) -> np.ndarray:
+        """``(1 + 2 z g_i)^{−n}`` on the contour (powers cached per direction)."""
+        pw = self._recip.get(i)
+        if pw is None:
+            pw = self._recip[i] = [None, 1 / (1 + 2 * self.g[i] * self.z)]
+        while len(pw) <= n:
+            pw.append(pw[-1] * pw[1])
+        return pw[n]
+
+    def sums(self, gamma: Gamma, n: int) -> float:
+        """``s_n = Σ_i (2γ_i + 1) g_i^n``."""
+        return self._psum[n] + sum(2 * k * self.g[i] ** n for i, k in gamma)
+
+    #: rows whose a-priori bound (below) is under this fraction of the integrand's bulk are not computed
+    ROW_FLOOR = 1e-40
+
+    def _rows_ready(self, lo: int, hi: int) -> None:
+        """Compute the contour terms of rows ``lo:hi`` not computed yet."""
+        todo = np.flatnonzero(~self._ready[lo:hi]) + lo
+        if not todo.size:
+            return
+        z, Q = self.z[todo], self.Q[todo]
+        kern = (self._r[todo] / self.talbot)[:, None] * self._coef[None, :] * np.exp(Q[:, None] * z)
+        log_base = np.zeros(z.shape, dtype=complex)
+        p_base = np.zeros(z.shape, dtype=complex)
+        for gi in self.g:
+            one = 1 + 2 * gi * z
+            log_base -= 0.5 * np.log(one)
+            p_base += gi * gi / one
+        with np.errstate(all="ignore"):
+            self._base[todo] = kern * np.exp(log_base)
+        self._p_base[todo] = p_base
+        self._ready[todo] = True
+
+    def base(self, lo: int, hi: int) -> np.ndarray:
+        """Contour terms ``kern · Π_i (1 + 2 z g_i)^{−1/2}`` of the γ = 0 law on rows ``lo:hi``."""
+        self._rows_ready(lo, hi)
+        return self._base[lo:hi]
+
+    def p_base(self, lo: int, hi: int) -> np.ndarray:
+        """``Σ_i g_i²/(1 + 2 z g_i)`` on rows ``lo:hi`` (the Laplace factor of ``P``)."""
+        self._rows_ready(lo, hi)
+        return self._p_base[lo:hi]
+
+    def _first_row(self, power: float) -> int:
+        """First grid row that can matter for ``ν_γ`` against an integrand ``≤ Q^{−e/2}``: since
+        ``ŵ^{2γ} ≤ Q^{|γ|}`` and ``P ≤ g_0 Q``, ``ν_γ(dQ) ≤ Q^{|γ| (+1)} ν_0(dQ)``, and ``ν̂_0`` has the bound of
+        ``_log_bound0``. Rows where ``Q^{power}`` times that bound (``power = |γ| (+1) − e/2``) is below
+        ``ROW_FLOOR`` of the largest ``Q^{power} ν̂_0`` in the bulk of the law (a lower bound of its maximum)
+        contribute less than that fraction."""
+        if power in self._rows:
+            return self._rows[power]
+        lo = 0
+        if self.dim / 2 - 1 + power > 0 and self._bulk.size:
+            rows = self._bulk
+            with np.errstate(all="ignore"):
+                dens = np.abs(np.sum(self.base(int(rows[0]), int(rows[-1]) + 1), axis=1).real)
+                top = np.log(dens) + power * np.log(self.Q[rows])
+            top = top[np.isfinite(top)]
+            if top.size:
+                ok = self._log_bound0 + power * np.log(self.Q) >= math.log(self.ROW_FLOOR) + float(top.max())
+                lo = int(np.argmax(ok)) if ok.any() else 0
+        self._rows[power] = lo
+        return lo
+
+    def _product(self, gamma: Gamma, lo: int, hi: int) -> np.ndarray:
+        """``base · Π_i (1 + 2 z g_i)^{−γ_i}`` on rows ``lo:hi`` (the last product is kept: the weighted and
+        unweighted measures of one ``γ`` are asked for together)."""
+        last = self._last_product
+        if last is not None and last[0] == gamma and last[1] <= lo and hi <= last[2]:
+            return last[3][lo - last[1]: hi - last[1]]
+        terms = self.base(lo, hi)
+        for i, n in gamma:
+            terms = terms * self._power(i, n)[lo:hi]
+        self._last_product = (gamma, lo, hi, terms)
+        return terms
+
+    def measure(self, gamma: Gamma, weighted: bool, singular: int = 0) -> Measure:
+        """The discretised ``ν(dQ) = E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]`` (density method, else Gauss rule), for integrands
+        bounded by ``Q^{−singular/2}`` as ``Q → 0``."""
+        key = (gamma, weighted)
+        lo = self._first_row(sum(n for _, n in gamma) + weighted - singular / 2)
+        have = self._measures.get(key)
+        if have is not None and have[0] <= lo:   # computed on at least these rows
+            return have[1]
+        g = self.g
+        mass = math.prod(_double_factorial(2 * n - 1) * g[i] ** n for i, n in gamma)
+        mean, var = self.sums(gamma, 1), 2 * self.sums(gamma, 2)
+        if weighted:
+            norm = self.sums(gamma, 2)
+            mass *= norm
+            # the factor P adds the cumulants of Σ_n (2t)^n s_{n+2}/s_2:
+            # κ_1 += 2 s_3/s_2, κ_2 += 8 s_4/s_2 − 4 (s_3/s_2)²
+            r3, r4 = self.sums(gamma, 3) / norm, self.sums(gamma, 4) / norm
+            mean, var = mean + 2 * r3, var + 8 * r4 - 4 * r3**2
+        cut = mean + 12 * math.sqrt(var) + 80 * float(g.max())
+        hi = int(np.searchsorted(self.Q, cut, side="right"))
+        rows = slice(lo, max(lo, hi))
+        terms = self._product(gamma, lo, max(lo, hi))
+        if weighted:
+            extra = self.p_base(rows.start, rows.stop)
+            for i, n in gamma:
+                extra = extra + 2 * n * g[i] ** 2 * self._power(i, 1)[rows]
+            with np.errstate(all="ignore"):
+                terms = terms * extra / norm
+        with np.errstate(all="ignore"):
+            dens = np.sum(terms, axis=1).real
+        dens = np.where(np.isfinite(dens), dens, 0.0)
+        Q = self.Q[rows]
+        wd = self.wq[rows] * dens
+        wdq = wd @ Q
+        moments = [float(np.sum(wd)), float(wdq), float((wd * Q) @ Q)]
+        exact = [1.0, mean, var + mean**2]
+        if all(abs(a - b) <= self.CHECK * b for a, b in zip(moments, exact)):
+            nz = np.nonzero(dens)[0]
+            out = Measure(mass, Q[nz], wd[nz], nz + lo)
+        else:
+            nodes, weights = gauss_rule(tuple(g), gamma, weighted, self.N_GAUSS)
+            out = Measure(mass, nodes, weights, None)
+        self._measures[key] = (lo, out)
+        return out
+
+
+@lru_cache(maxsize=8)   # a QLaw holds ~1–15 MB (contour arrays and per-direction powers)
+def q_law(g: "tuple[float, ...]", step: float = STEP) -> QLaw:
+    """The shared :class:`QLaw` of a spectrum (configs that differ only in γ, target or activation share it)."""
+    return QLaw(g, step)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Gauss rule from the exact cumulants
+# ----------------------------------------------------------------------------------------------------------------
+@lru_cache(maxsize=64)
+def _power_sums(g: tuple[float, ...], n_max: int, dps: int) -> tuple[mpmath.mpf, ...]:
+    """``p_n = Σ_i g_i^n`` for ``n = 0 … n_max`` at ``dps`` digits."""
+    with mpmath.workdps(dps):
+        gm = [mpmath.mpf(x) for x in g]
+        out, powers = [], [mpmath.mpf(1)] * len(gm)
+        for _ in range(n_max + 1):
+            out.append(mpmath.fsum(powers))
+            powers = [p * x for p, x in zip(powers, gm)]
+        return tuple(out)
+
+
+def _cumulants(g: tuple[float, ...], gamma: Gamma, weighted: bool, n_max: int, dps: int) -> list[mpmath.mpf]:
+    """Cumulants ``κ_0 = 0, κ_1 … κ_{n_max}`` of the normalised measure ``ŵ^{2γ} (P) dP`` on ``Q = |ŵ|²``.
+
+    ``log E[ŵ^{2γ} e^{tQ}] = const + Σ_n t^n 2^{n−1}/n · Σ_i (2γ_i+1) g_i^n``; the factor ``P`` adds
+    ``log Σ_n (2t)^n s_{n+2}/s_2`` with ``s_n = Σ_i (2γ_i+1) g_i^n``.
+    """
+    p = _power_sums(g, n_max + 2, dps)
+    with mpmath.workdps(dps):
+        def s(n: int) -> mpmath.mpf:
+            return p[n] + mpmath.fsum(2 * k * mpmath.mpf(g[i]) ** n for i, k in gamma)
+
+        kappa = [mpmath.mpf(0)] + [mpmath.factorial(n - 1) * mpmath.mpf(2) ** (n - 1) * s(n)
+                                   for n in range(1, n_max + 1)]
+        if weighted:
+            a = [mpmath.mpf(2) ** n * s(n + 2) / s(2) for n in range(n_max + 1)]
+            log = [mpmath.mpf(0)] * (n_max + 1)   # series of log A(t), A = Σ a_n t^n, a_0 = 1
+            for n in range(1, n_max + 1):
+                log[n] = a[n] - mpmath.fsum(k * log[k] * a[n - k] for k in range(1, n)) / n
+            kappa = [kappa[n] + mpmath.factorial(n) * log[n] for n in range(n_max + 1)]
+        return kappa
+
+
+@lru_cache(maxsize=4096)
+def gauss_rule(g: tuple[float, ...], gamma: Gamma, weighted: bool, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss rule ``(nodes, weights)`` with ``n`` nodes for the normalised ``ν(dQ) ∝ E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]``.
+
+    Moments of the standardised ``y = (Q − κ_1)/sqrt(κ_2)`` come from the exact cumulants; the Chebyshev algorithm
+    turns them into the three-term recurrence (mpmath, ``40 + 3n`` digits, ample for the Hankel conditioning) and
+    Golub–Welsch gives nodes and weights (float64, well conditioned).
+    """
+    dps = 40 + 3 * n
+    kappa = _cumulants(g, gamma, weighted, 2 * n, dps)
+    with mpmath.workdps(dps):
+        sd = mpmath.sqrt(kappa[2])
+        kt = [mpmath.mpf(0), mpmath.mpf(0)] + [kappa[j] / sd**j for j in range(2, 2 * n + 1)]
+        mom = [mpmath.mpf(1)]
+        for m in range(1, 2 * n):
+            mom.append(mpmath.fsum(mpmath.binomial(m - 1, k - 1) * kt[k] * mom[m - k] for k in range(1, m + 1)))
+        alpha, beta = [mpmath.mpf(0)] * n, [mpmath.mpf(0)] * n
+        alpha[0], beta[0] = mom[1], mom[0]
+        prev, cur = [mpmath.mpf(0)] * (2 * n), list(mom)
+        for k in range(1, n):
+            new = [mpmath.mpf(0)] * (2 * n)
+            for j in range(k, 2 * n - k):
+                new[j] = cur[j + 1] - alpha[k - 1] * cur[j] - beta[k - 1] * prev[j]
+            alpha[k] = new[k + 1] / new[k] - cur[k] / cur[k - 1]
+            beta[k] = new[k] / cur[k - 1]
+            prev, cur = cur, new
+        y, vec = eigh_tridiagonal(np.array([float(v) for v in alpha]),
+                                  np.sqrt(np.array([float(v) for v in beta[1:]])))
+        nodes = float(kappa[1]) + float(sd) * y
+    if np.any(nodes <= 0):
+        raise InitLawError(f"the Gauss rule for |ŵ|² produced a non-positive node ({nodes.min():.3g}); the density "
+                           "method should have been used — please report this spectrum")
+    return nodes, vec[0] ** 2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the bias rule
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BiasRule:
+    """Nodes and weights in ``b ~ N(0, σ_b²)`` at each ``Q``: shape ``(len(Q), n)``, or ``(1, n)`` when independent
+    of ``Q``.
+
+    ``σ_b = 0``: the single node 0. Smooth σ (``smooth``): Gauss–Hermite with ``n_b`` nodes. Non-smooth σ (a
+    classical order): the trapezoidal rule in ``v`` with ``b = c sinh(v)``, ``c = min(|ŵ|, σ_b)/4``, which resolves
+    the ``b``-structure of width ``|ŵ|`` around 0 at every ``Q``; the number of nodes is set by the smallest ``Q``
+    of the grid the rule is first used on (``n_sinh``)."""
+
+    bias_std: float
+    smooth: bool
+    step: float = STEP
+    n_b: int = 64
+
+    def nodes(self, Q: np.ndarray, n_sinh: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(b, w)`` for the points ``Q``; ``n_sinh`` fixes the node count of the sinh rule (default: from ``Q``)."""
+        sb = self.bias_std
+        if sb == 0:
+            return np.zeros((1, 1)), np.ones((1, 1))
+        if self.smooth:
+            x, w = np.polynomial.hermite_e.hermegauss(self.n_b)
+            return sb * x[None, :], (w / math.sqrt(2 * math.pi))[None, :]
+        c = np.minimum(np.sqrt(Q), sb) / 4
+        vmax = np.arcsinh(12 * sb / c)
+        n = n_sinh if n_sinh is not None else self.sinh_count(Q)
+        x = np.linspace(-1, 1, n)
+        v = vmax[:, None] * x[None, :]
+        b = c[:, None] * np.sinh(v)
+        dens = np.exp(-0.5 * (b / sb) ** 2) / (sb * math.sqrt(2 * math.pi))
+        return b, c[:, None] * np.cosh(v) * (vmax[:, None] * (x[1] - x[0])) * dens
+
+    def sinh_count(self, Q: np.ndarray) -> int:
+        """Node count of the sinh rule resolving the smallest ``Q``."""
+        c = np.minimum(np.sqrt(Q), self.bias_std) / 4
+        return int(2 * np.arcsinh(12 * self.bias_std / c).max() / self.step) | 1
+
+
+@lru_cache(maxsize=64)
+def bias_rule(bias_std: float, smooth: bool, step: float = STEP) -> BiasRule:
+    """The shared :class:`BiasRule` of one ``σ_b``."""
+    return BiasRule(float(bias_std), bool(smooth), float(step))

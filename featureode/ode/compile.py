@@ -1,0 +1,442 @@
+"""Code generation for a feature-ODE :class:`~featureode.ode.terms.System`: NumPy (vectorised) and numba (JIT loops).
+
+Both backends translate the same indexed assignments — and the indexed exact Jacobian of
+:meth:`~featureode.ode.terms.System.jacobian_program` — into a Python module with three functions of
+``(y, B, v, lam0, g, gpow, c, K, gamma, kappa, *params)`` (``y = (f, D)``, ``M = B.shape[0]``, ``d = B.shape[1]``):
+
+- ``rhs(y, …) → (df/dt, dD/dt)``, shape ``(2M,)``;
+- ``observe(y, …) → (r, s, λ)`` with ``r`` of shape ``(d,)``, ``s`` a scalar and ``λ`` of shape ``(M,)``;
+- ``jac(y, …) → ∂(df/dt, dD/dt)/∂(f, D)``, shape ``(2M, 2M)``.
+
+NumPy: every index gets an array axis (mode indices ``β, α, j`` and the direction index ``i``); an indexed object
+becomes a broadcasting view with its data on its indices' axes and length 1 elsewhere; elementwise SymPy operations
+become NumPy operations. Every ``Σ_k``/``Π_k`` is hoisted into a temporary computed once; a sum becomes a sum over
+k's axis, or an ``einsum`` contraction of its factors grouped by the axes they span (so no temporary larger than
+the factors is built); ``Π_k b^e`` becomes ``exp(Σ_k e log b)`` when every ``b`` is positive at run time (one
+contraction instead of a power per element; the direct product otherwise); ``δ(a, b)`` compares two ``arange``
+views. Common subexpressions are then eliminated across all assignments of a function. numba: the same tree
+becomes loops — one nest per assignment over its free indices and one per hoisted sum or product, in the memory
+order of the arrays — compiled with ``numba.njit(cache=True)``.
+
+The generated code depends on the equations only, never on ``M`` or ``d``, so generation time does not grow with the
+number of modes. Modules are written to the cache directory (``$FEATUREODE_CACHE_DIR``, default
+``~/.cache/featureode``) under a hash of the resolved system and of the generator's source; a later run imports them
+instead of regenerating (numba also keeps its machine code there).
+
+Size of the exact Jacobian: it is dense, ``(2M)²`` entries; the NumPy version builds ``(M, M, d)`` work only inside
+``einsum``. :mod:`featureode.ode.solve` uses it up to ``JACOBIAN_MAX_STATES`` states and lets the solver estimate the
+Jacobian by finite differences beyond that.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
+from sympy.printing.pycode import PythonCodePrinter
+
+from featureode.ode import integrate
+
+from featureode.ode import terms as ode
+from featureode.core.cache import cached_text
+from featureode.ode.indexed import IndexedExpressionError, IndexSpace, axes
+
+#: Version of the generator: a hash of the modules that shape the generated code (this one, the Jacobian
+#: derivation and the system definitions), so an edited generator never reads stale modules from the cache.
+CODEGEN_VERSION = hashlib.sha256(b"".join(
+    (Path(__file__).parent / name).read_bytes()
+    for name in ("compile.py", "indexed.py", "terms.py", "integrate.py"))).hexdigest()[:12]
+BACKENDS = ("numpy", "numba")
+_BUILTIN_TERMS = {t.name for t in (*ode.CORE_TERMS, ode.AGOP_GROWTH, ode.DISPLACEMENT_GROWTH)}
+_AXIS_ORDER = (ode.beta, ode.i, ode.alpha, ode.j)
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+class CompileError(ValueError):
+    """An unknown backend or a system the backend cannot translate."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """Compiled functions of one system (see the module doc for their signatures)."""
+
+    backend: str
+    key: str
+    path: Path
+    from_cache: bool
+    seconds: float
+    rhs: Callable
+    observe: Callable
+    jac: Callable
+    rodas: Callable | None = None   # numba only: the compiled integrator of :mod:`featureode.ode.integrate`
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# shared helpers
+# ----------------------------------------------------------------------------------------------------------------
+def _functions(system: ode.System) -> list[tuple[str, tuple[ode.Assignment, ...], str]]:
+    """(name, assignments, return expression) of the three generated functions."""
+    inter = tuple(a for a in system.assignments if a.name in ode.INTERMEDIATES)
+    jac_prog, blocks = system.jacobian_program()
+    block = [[blocks[(row, col)].name if blocks[(row, col)] is not None else "_zeros" for col in ("f", "D")]
+             for row in ("dfdt", "dDdt")]
+    return [("rhs", system.assignments, "numpy.concatenate((dfdt, dDdt))"),
+            ("observe", inter, "(r, s, lam)"),
+            ("jac", inter + jac_prog, f"_block({block[0][0]}, {block[0][1]}, {block[1][0]}, {block[1][1]})")]
+
+
+def _signature(system: ode.System) -> str:
+    return ", ".join(("y",) + system.inputs)
+
+
+def _prologue(indent: str, zeros: bool) -> list[str]:
+    out = [f"{indent}M = B.shape[0]", f"{indent}d = B.shape[1]", f"{indent}f = y[:M]", f"{indent}D = y[M:]"]
+    return out + ([f"{indent}_zeros = numpy.zeros((M, M))"] if zeros else [])
+
+
+def _size_name(space: IndexSpace, idx: sp.Symbol) -> str:
+    return str(space.size(idx))
+
+
+def _tuple(items: Iterable[str]) -> str:
+    items = list(items)
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+def _hoist_reductions(exprs: Sequence[sp.Expr]) -> tuple[list[sp.Expr], dict[sp.Symbol, sp.Expr]]:
+    """Replace every Sum/Product (innermost first, equal ones once) by a symbol ``_r<n>``; returns the rewritten
+    expressions and the definitions. Common-subexpression elimination then treats reductions as atoms: a reduction
+    used by several assignments is computed once, and no power inside a product is split off from it."""
+    found: dict[sp.Expr, sp.Symbol] = {}
+
+    def hoist(expr: sp.Expr) -> sp.Expr:
+        if isinstance(expr, (sp.Sum, sp.Product)):
+            node = expr.func(hoist(expr.function), *expr.limits)
+            return found.setdefault(node, sp.Symbol(f"_r{len(found)}"))
+        if not expr.args or isinstance(expr, sp.Indexed):
+            return expr
+        return expr.func(*[hoist(a) for a in expr.args])
+
+    out = [hoist(e) for e in exprs]
+    return out, {sym: node for node, sym in found.items()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# NumPy backend
+# ----------------------------------------------------------------------------------------------------------------
+class _BroadcastPrinter(NumPyPrinter):
+    """Prints an indexed expression as broadcasting NumPy code in a fixed axis frame."""
+
+    def __init__(self, space: IndexSpace, axis: dict[sp.Symbol, int], temps: dict[sp.Symbol, frozenset],
+                 views: dict[str, str]) -> None:
+        super().__init__({"fully_qualified_modules": True, "allow_unknown_functions": False})
+        self.space, self.axis, self.temps, self.views = space, axis, temps, views
+
+    def _shape(self, placed: dict[int, sp.Symbol]) -> str:
+        return _tuple(_size_name(self.space, placed[k]) if k in placed else "1" for k in range(len(self.axis)))
+
+    def _view(self, name: str, code: str) -> str:
+        self.views.setdefault(name, code)
+        return name
+
+    def _print_Indexed(self, expr: sp.Indexed) -> str:
+        idx = list(expr.indices)
+        axes_ = [self.axis[k] for k in idx]
+        perm = sorted(range(len(idx)), key=lambda n: axes_[n])
+        base = str(expr.base)
+        src = base if perm == list(range(len(idx))) else f"numpy.transpose({base}, {tuple(perm)})"
+        name = f"_{base}_" + "_".join(map(str, idx))
+        return self._view(name, f"{src}.reshape({self._shape(dict(zip(axes_, idx)))})")
+
+    def _arange(self, idx: sp.Symbol) -> str:
+        return self._view(f"_idx_{idx}", f"numpy.arange({_size_name(self.space, idx)}, dtype=float)"
+                                         f".reshape({self._shape({self.axis[idx]: idx})})")
+
+    def _print_Symbol(self, expr: sp.Symbol) -> str:
+        return self._arange(expr) if expr in self.space.kinds else super()._print_Symbol(expr)
+
+    def _print_KroneckerDelta(self, expr: sp.KroneckerDelta) -> str:
+        a, b = expr.args
+        return f"(1.0*({self._arange(a)} == {self._arange(b)}))"
+
+    def _full(self, ax: Iterable[int]) -> str:
+        """Broadcast shape with the sizes of axes ``ax`` and 1 elsewhere."""
+        index_at = {n: x for x, n in self.axis.items()}
+        return self._shape({k: index_at[k] for k in ax})
+
+    def _compact(self, ax: Sequence[int]) -> str:
+        index_at = {n: x for x, n in self.axis.items()}
+        return _tuple(_size_name(self.space, index_at[k]) for k in ax)
+
+    def _sum(self, expr: sp.Sum) -> str:
+        """``Σ_k Π factors``: factors grouped by the axes they span and multiplied within a group; one group is
+        summed over k's axis, several are contracted by ``einsum`` on their compact (squeezed) arrays."""
+        idx = self.space.check_limits(expr)
+        ax = self.axis[idx]
+        groups: dict[frozenset, list[sp.Expr]] = {}
+        for x in sp.Mul.make_args(expr.function):
+            groups.setdefault(frozenset(self.axis[k] for k in axes(x, self.space, self.temps)), []).append(x)
+        scalar = sp.Mul(*groups.pop(frozenset(), []))
+        if len(groups) == 1:
+            out = f"numpy.sum({self._print(sp.Mul(*next(iter(groups.values()))))}, axis={ax}, keepdims=True)"
+        else:
+            ops, specs = [], []
+            for spans, factors in groups.items():
+                spans = sorted(spans)
+                ops.append(f"numpy.broadcast_to({self._print(sp.Mul(*factors))}, {self._full(spans)})"
+                           f".reshape({self._compact(spans)})")
+                specs.append("".join(_LETTERS[k] for k in spans))
+            kept = sorted(set().union(*map(set, groups)) - {ax})
+            spec = ",".join(specs) + "->" + "".join(_LETTERS[k] for k in kept)
+            opt = ", optimize=True" if len(ops) > 2 else ""
+            out = f"numpy.einsum('{spec}', {', '.join(ops)}{opt}).reshape({self._full(kept)})"
+        return out if scalar == 1 else f"({self._print(scalar)})*{out}"
+
+    def _print_Sum(self, expr: sp.Sum) -> str:
+        idx = self.space.check_limits(expr)
+        if idx not in axes(expr.function, self.space, self.temps):
+            return f"(({self._print(expr.function)})*{_size_name(self.space, idx)})"
+        return self._sum(expr)
+
+    def _print_Product(self, expr: sp.Product) -> str:
+        """``Π_k F``; for ``F = b^e`` it is ``exp(Σ_k e log b)`` (a contraction instead of a power per element)
+        whenever every ``b`` is positive at run time, and the direct product otherwise."""
+        idx = self.space.check_limits(expr)
+        body = expr.function
+        if idx not in axes(body, self.space, self.temps):
+            return f"(({self._print(body)})**{_size_name(self.space, idx)})"
+        direct = f"numpy.prod({self._print(body)}, axis={self.axis[idx]}, keepdims=True)"
+        if not body.is_Pow:
+            return direct
+        base, expo = body.args
+        via_log = self._sum(sp.Sum(expo * _Log(base), expr.limits[0]))
+        return f"(numpy.exp({via_log}) if numpy.all({self._print(base)} > 0) else {direct})"
+
+
+class _Log(sp.Function):
+    """``log`` that SymPy leaves alone (no expansion of ``log(x**e)``); printed as ``numpy.log``."""
+
+    def _numpycode(self, printer: NumPyPrinter) -> str:
+        return f"numpy.log({printer._print(self.args[0])})"
+
+
+def _axis_frame(space: IndexSpace, exprs: Iterable[sp.Expr], lhs: Iterable[sp.Symbol]) -> dict[sp.Symbol, int]:
+    used = set(lhs)
+    for e in exprs:
+        used |= e.atoms(sp.Symbol) & set(space.kinds)
+    ordered = [x for x in _AXIS_ORDER if x in used] + sorted(used - set(_AXIS_ORDER), key=str)
+    return {x: n for n, x in enumerate(ordered)}
+
+
+def _numpy_function(name: str, system: ode.System, assignments: Sequence[ode.Assignment], ret: str) -> list[str]:
+    space = system.space
+    axis = _axis_frame(space, [a.expr for a in assignments], [k for a in assignments for k in a.index])
+    hoisted, reductions = _hoist_reductions([a.expr for a in assignments])
+    temps_list, reduced = sp.cse(hoisted, symbols=sp.numbered_symbols("_x"), order="none")
+    temps_def = {**reductions, **dict(temps_list)}
+    temps: dict[sp.Symbol, frozenset] = {}
+    views: dict[str, str] = {}
+    printer = _BroadcastPrinter(space, axis, temps, views)
+    body: list[str] = []
+    emitted: set = set()
+
+    def emit(lhs: str, expr: sp.Expr, wrap: Callable[[str], str] = str) -> None:
+        known = len(views)
+        code = wrap(printer.doprint(expr))
+        body.extend(f"    {k} = {views[k]}" for k in list(views)[known:])
+        body.append(f"    {lhs} = {code}")
+
+    def need(expr: sp.Expr) -> None:
+        for x in sorted(expr.free_symbols & set(temps_def) - emitted, key=str):
+            need(temps_def[x])
+            emitted.add(x)
+            temps[x] = axes(temps_def[x], space, temps)
+            emit(str(x), temps_def[x])
+
+    for a, expr in zip(assignments, reduced):
+        need(expr)
+        if not a.index:
+            emit(a.name, expr, lambda code: f"numpy.reshape({code}, ())[()]")
+            continue
+        placed = {axis[k]: k for k in a.index}
+        full = _tuple(_size_name(space, placed[n]) if n in placed else "1" for n in range(len(axis)))
+        order = sorted(range(len(a.index)), key=lambda n: axis[a.index[n]])
+        inverse = tuple(sorted(range(len(order)), key=lambda n: order[n]))
+        shape = _tuple(_size_name(space, a.index[n]) for n in order)
+
+        def wrap(code: str) -> str:
+            out = f"numpy.broadcast_to({code}, {full}).reshape({shape})"
+            return out if inverse == tuple(range(len(order))) else f"numpy.transpose({out}, {inverse})"
+
+        emit(a.name, expr, wrap)
+    head = [f"def {name}({_signature(system)}):"] + _prologue("    ", name == "jac")
+    return head + body + [f"    return {ret}", "", ""]
+
+
+def _numpy_source(system: ode.System) -> list[str]:
+    # functools: SymPy's NumPy printer writes Min/Max through functools.reduce
+    lines = ["import functools", "", "import numpy", "", "", "def _block(a, b, c, e):",
+             "    return numpy.block([[a, b], [c, e]])", "", ""]
+    for name, assignments, ret in _functions(system):
+        lines += _numpy_function(name, system, assignments, ret)
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# numba backend
+# ----------------------------------------------------------------------------------------------------------------
+class _LoopPrinter(PythonCodePrinter):
+    """Prints a reduction-free indexed expression as scalar Python code inside loops over its indices; a hoisted
+    reduction ``_r<n>`` is read at its free indices."""
+
+    def __init__(self, reductions: dict[sp.Symbol, list[sp.Symbol]]) -> None:
+        super().__init__({"fully_qualified_modules": True, "allow_unknown_functions": False})
+        self.reductions = reductions
+
+    def _print_Indexed(self, expr: sp.Indexed) -> str:
+        return f"{expr.base}[{', '.join(map(str, expr.indices))}]"
+
+    def _print_Symbol(self, expr: sp.Symbol) -> str:
+        idx = self.reductions.get(expr)
+        return f"{expr}[{', '.join(map(str, idx))}]" if idx else super()._print_Symbol(expr)
+
+    def _print_KroneckerDelta(self, expr: sp.KroneckerDelta) -> str:
+        a, b = expr.args
+        return f"(1.0 if {a} == {b} else 0.0)"
+
+
+def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Assignment], ret: str) -> list[str]:
+    """Loops in axis order (β, i, α, j — the memory order of ``B[β, i]``, ``K[β, α]``, ``J[·, j]``); every Sum/Product
+    is hoisted into its own accumulator array, filled by one loop nest over its free indices and its summation index;
+    a product of powers ``Π_k b^e`` skips the factors with ``e = 0``."""
+    space = system.space
+    order = _axis_frame(space, [a.expr for a in assignments], [k for a in assignments for k in a.index])
+    hoisted, definitions = _hoist_reductions([a.expr for a in assignments])
+    free: dict[sp.Symbol, list[sp.Symbol]] = {}
+    printer = _LoopPrinter(free)
+    lines = ["@numba.njit(cache=True, error_model='numpy')", f"def {name}({_signature(system)}):"]
+    lines += _prologue("    ", name == "jac")
+
+    def nest(indices: Iterable[sp.Symbol]) -> str:
+        pad = "    "
+        for k in sorted(indices, key=order.__getitem__):
+            lines.append(f"{pad}for {k} in range({_size_name(space, k)}):")
+            pad += "    "
+        return pad
+
+    def need(expr: sp.Expr) -> None:
+        for x in sorted(expr.free_symbols & set(definitions) - set(free), key=str):
+            node = definitions[x]
+            need(node.function)
+            k = space.check_limits(node)
+            free[x] = sorted(axes(node, space, {y: frozenset(v) for y, v in free.items()}), key=order.__getitem__)
+            init, op = ("0.0", "+=") if isinstance(node, sp.Sum) else ("1.0", "*=")
+            shape = _tuple(_size_name(space, q) for q in free[x]) if free[x] else None
+            lines.append(f"    {x} = numpy.full({shape}, {init})" if shape else f"    {x} = {init}")
+            target, body = printer.doprint(x), node.function
+            if isinstance(node, sp.Product) and body.is_Pow:
+                pad = nest(free[x] + [k])
+                lines.extend([f"{pad}_e = {printer.doprint(body.exp)}", f"{pad}if _e != 0.0:",
+                              f"{pad}    {target} {op} ({printer.doprint(body.base)})**_e"])
+            else:
+                hoisted_nest(free[x] + [k], body, f"{target} {op} ")
+
+    def hoisted_nest(indices: list[sp.Symbol], body: sp.Expr, head: str) -> None:
+        """The loop nest of ``head + body`` with loop-invariant code motion: each factor of ``body`` is multiplied
+        in at the outermost loop where all its indices are bound (``_h<level>`` carries the partial product), so
+        e.g. ``Σ_α K[β,α] (v_α − f_α) ρ_α^{-1/2} J[α,j]`` computes the square root once per (β, α), not per j."""
+        idx = sorted(indices, key=order.__getitem__)
+        temps = {y: frozenset(v) for y, v in free.items()}
+        levels: dict[int, list[sp.Expr]] = {}
+        for factor in sp.Mul.make_args(body):
+            deps = axes(factor, space, temps)
+            levels.setdefault(max((idx.index(q) for q in deps), default=0), []).append(factor)
+        pad, carried = "    ", []
+        for level, q in enumerate(idx):
+            lines.append(f"{pad}for {q} in range({_size_name(space, q)}):")
+            pad += "    "
+            carried += levels.get(level, [])
+            if level < len(idx) - 1 and levels.get(level) and level + 1 in levels:
+                lines.append(f"{pad}_h{level} = {printer.doprint(sp.Mul(*carried))}")
+                carried = [sp.Symbol(f"_h{level}")]
+        lines.append(f"{pad}{head}{printer.doprint(sp.Mul(*carried))}")
+
+    for a, expr in zip(assignments, hoisted):
+        need(expr)
+        if a.index:
+            lines.append(f"    {a.name} = numpy.empty({_tuple(_size_name(space, k) for k in a.index)})")
+            pad = nest(a.index)
+            lines.append(f"{pad}{a.name}[{', '.join(map(str, a.index))}] = {printer.doprint(expr)}")
+        else:
+            lines.append(f"    {a.name} = float({printer.doprint(expr)})")
+    return lines + [f"    return {ret}", "", ""]
+
+
+def _numba_source(system: ode.System) -> list[str]:
+    lines = ["import math", "", "import numba", "import numpy", "", "",
+             "@numba.njit(cache=True)", "def _block(a, b, c, e):", "    M = a.shape[0]",
+             "    out = numpy.empty((2 * M, 2 * M))", "    out[:M, :M] = a", "    out[:M, M:] = b",
+             "    out[M:, :M] = c", "    out[M:, M:] = e", "    return out", "", ""]
+    for name, assignments, ret in _functions(system):
+        lines += _numba_function(name, system, assignments, ret)
+    return lines + integrate.template_source()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# entry points
+# ----------------------------------------------------------------------------------------------------------------
+def generate_source(system: ode.System, backend: str = "numpy") -> str:
+    """The module text for ``system`` (no caching)."""
+    if backend not in BACKENDS:
+        raise CompileError(f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+    header = [f'"""Generated by featureode.ode.compile (version {CODEGEN_VERSION}, backend {backend}); do not edit.',
+              "", f"System {system.key}: basis {system.basis}; terms {', '.join(t.name for t in system.terms)}"
+              + (f"; removed {', '.join(system.removed)}" if system.removed else "")
+              + (f"; replaced {', '.join(system.replaced)}" if system.replaced else ""), '"""']
+    try:
+        body = _numpy_source(system) if backend == "numpy" else _numba_source(system)
+    except (ode.AssemblyError, IndexedExpressionError):
+        raise
+    except (ValueError, NotImplementedError) as exc:  # what SymPy's code printers raise for what they cannot print
+        first = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
+        user_terms = system.replaced or any(t.name not in _BUILTIN_TERMS for t in system.terms)
+        hint = ("; a replaced or custom term probably uses a function whose derivative SymPy leaves unevaluated "
+                "(e.g. Abs or sign of an expression not known to be real): write it with Min, Max, sqrt(x**2) or "
+                "Piecewise instead") if user_terms else ""
+        raise CompileError(f"cannot generate {backend} code for the system of terms "
+                           f"{', '.join(t.name for t in system.terms)}: {first}{hint}") from exc
+    return "\n".join(header + body).rstrip() + "\n"
+
+
+_LOADED: dict[tuple[str, str], Compiled] = {}
+
+
+def compile_system(system: ode.System, backend: str = "numpy") -> Compiled:
+    """Compiled ``rhs``/``observe``/``jac`` for ``system``: from this process, else from the disk cache, else
+    generated and written there. numba itself is imported only by the generated numba module."""
+    if backend not in BACKENDS:
+        raise CompileError(f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+    key = hashlib.sha256(f"{CODEGEN_VERSION}|{backend}|{system.key}".encode()).hexdigest()[:24]
+    if (backend, key) in _LOADED:
+        return _LOADED[(backend, key)]
+    start = time.perf_counter()
+    path, from_cache = cached_text(f"{backend}_{key}.py", lambda: generate_source(system, backend))
+    modname = f"featureode_generated_{backend}_{key}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        del sys.modules[modname]
+        raise CompileError(f"backend {backend!r} needs a package that is not installed: {exc}") from None
+    compiled = Compiled(backend, key, path, from_cache, time.perf_counter() - start,
+                        module.rhs, module.observe, module.jac, getattr(module, "rodas", None))
+    _LOADED[(backend, key)] = compiled
+    return compiled

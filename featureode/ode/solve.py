@@ -1,0 +1,480 @@
+"""Solving the feature ODE (DESIGN §4, §6): ``solve_variant`` for one variant, ``solve_config`` for a config,
+``solve_batch`` for many configs.
+
+The state ``y = (f_β, D_β)`` starts at 0. Two kinds of integrator (``method``):
+
+- ``"rodas4"`` (default): the compiled RODAS4 Rosenbrock integrator of :mod:`featureode.ode.integrate`, with the exact
+  indexed Jacobian of :mod:`featureode.ode.compile`, compiled together with the system's numba code (one compile per
+  system, cached on disk), so no Python runs per step;
+- any ``scipy.integrate.solve_ivp`` method (``"LSODA"``, ``"BDF"``, ``"Radau"``, ``"RK45"`` …): the reference
+  backend, with the generated ``backend`` code (NumPy or numba) as right-hand side and the exact Jacobian for the
+  implicit methods up to ``JACOBIAN_MAX_STATES`` states (finite differences beyond).
+
+Output times are ``0`` and ``n_points − 1`` log-spaced times in ``[t_min, t_max]``. Loss
+``L(t)/L(0) = Σ_β (v_β − f_β)² / Σ_β v_β²`` (on the mode set); ``t50``/``t10`` are the first times ``L/L(0)``
+reaches 0.5/0.1, located by solver events (exact to the integration tolerance); ``None`` when not reached.
+
+Results are :class:`featureode.results.trajectory.Trajectory` (one variant, ``kind = "ode"``) and
+:class:`featureode.results.trajectory.ODEResult` (every variant of a config). :func:`solve_variant` raises
+:class:`SolveError` (:class:`NonFiniteStateError` for a blow-up, naming the time and the mode) with the partial
+curve in ``error.trajectory``; :func:`solve_config` and :func:`solve_batch` keep such a variant's partial curve with
+``status.error`` set instead of raising.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from featureode.ode import integrate
+
+from featureode.ode import terms as ode
+from featureode.ode.compile import Compiled, compile_system
+from featureode.results.trajectory import ODEResult, Status, Trajectory
+from featureode.ode.variants import Variant, variants_from_config
+
+JACOBIAN_MAX_STATES = 2000
+COMPILED_METHODS = ("rodas4",)
+SCIPY_METHODS = ("LSODA", "BDF", "Radau", "RK45", "RK23", "DOP853")   # solve_ivp's, the reference backend
+IMPLICIT_METHODS = ("LSODA", "BDF", "Radau")
+LEVELS = (0.5, 0.1)
+BLOWUP = 1e6          # blow-up bound on |y|, times (1 + t_max) max|v_β|
+
+
+class SolveError(RuntimeError):
+    """The integration failed; ``trajectory`` holds what was computed before the failure (or ``None``)."""
+
+    def __init__(self, message: str, trajectory: "Trajectory | None" = None) -> None:
+        super().__init__(message)
+        self.trajectory = trajectory
+
+
+class NonFiniteStateError(SolveError):
+    """The state became non-finite (or blew up); the message names the time and the mode."""
+
+
+def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", basis: str = "target",
+                  parametrization: str | None = None) -> tuple[list[Any], ode.System]:
+    """The compiled code's inputs (order of :data:`featureode.ode.terms.INPUTS` + user params) and the system.
+
+    ``B[β, i] = β_i``; ``gpow[β] = g^β``; ``c[β] = c_{|β|}``; ``lam0 = λ_β(0)`` (``exact`` or ``hea``); ``K``: the
+    Gram matrix with its diagonal set to 0 in the extended basis (zero for ``hea``, which is diagonal), empty
+    otherwise; ``q``: the closure prefactor ``closure_prefactor(γ)`` of the parametrization (``parametrization``,
+    else ``theory.parametrization`` when the theory has one, else ``"meanfield"``: ``q = γ²``); ``κ`` = the variant's
+    or the derived ``q c_1/Λ_1²``; ``S``/``Sd``: the second-order growth constants ``S_{βα}`` of
+    :mod:`featureode.kernel.second_order` and ``max(S_{αα}, 1e-30)`` for the closures that use them (driven by the
+    target's modes, ``v_α ≠ 0``; computed from ``theory.activation``/``theory.bias_std``), else empty.
+    """
+    system = variant.system(basis)
+    modes = tuple(theory.modes)
+    g = np.asarray(theory.g, dtype=float)
+    dim = g.size
+    c_levels = np.asarray(theory.c, dtype=float)
+    deg = np.array([m.degree for m in modes], dtype=int)
+    if deg.size and deg.max() >= c_levels.size:
+        raise SolveError(f"mode of degree {deg.max()} needs c_{deg.max()}, but the kernel theory gives c_0…"
+                         f"c_{c_levels.size - 1}")
+    K = np.zeros((0, 0))
+    if basis == "extended":
+        if theory.gram is None:
+            raise SolveError("basis 'extended' needs the Gram matrix; build the kernel theory with with_gram=True")
+        K = np.array(theory.gram, dtype=float) if eigenvalues == "exact" else np.zeros((len(modes),) * 2)
+        np.fill_diagonal(K, 0.0)
+    q = closure_prefactor(theory, parametrization)[1]
+    kappa = q * float(c_levels[1] / theory.level_coefficients[1] ** 2) if variant.kappa is None \
+        else float(variant.kappa)
+    S, Sd = np.zeros((0, 0)), np.zeros(0)
+    if any(a.expr.has(ode.S) or a.expr.has(ode.Sd) for a in system.assignments):
+        S, Sd = _second_order_inputs(theory)
+    values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
+              "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
+              "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
+              "S": S, "Sd": Sd, "gamma": float(theory.gamma), "kappa": float(kappa), "q": q,
+              **variant.param_values}
+    return [values[name] for name in system.inputs], system
+
+
+def closure_prefactor(theory: Any, parametrization: str | None = None) -> tuple[str, float]:
+    """The parametrization that fixes the closure prefactor (``parametrization``, else ``theory.parametrization``
+    when the theory has one, else ``"meanfield"``) and ``q = closure_prefactor(γ)`` at ``theory.gamma``."""
+    from featureode.kernel.parametrization import get_parametrization
+
+    name = parametrization or getattr(theory, "parametrization", None) or "meanfield"
+    return name, float(get_parametrization(name).closure_prefactor(float(theory.gamma)))
+
+
+def second_order_of(theory: Any) -> tuple[list[int], Any]:
+    """The driving modes (the target's, ``v_α ≠ 0``: indices into ``theory.modes``) and the
+    :class:`featureode.kernel.second_order.SecondOrder` constants ``S_{βα}`` of ``theory`` they drive, from
+    ``theory.activation``/``theory.bias_std``."""
+    from featureode.kernel.second_order import second_order_constants
+
+    if not getattr(theory, "activation", ""):
+        raise SolveError("the second-order closures need the network's activation and σ_b; build the kernel "
+                         "theory with featureode.kernel.theory.kernel_theory (theory.activation is empty)")
+    drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
+    return drivers, second_order_constants(tuple(theory.modes), np.asarray(theory.g, dtype=float),
+                                           theory.activation, theory.bias_std, drivers=drivers)
+
+
+def _second_order_inputs(theory: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``S_{βα}`` (:func:`second_order_of`) and ``Sd_α = max(S_{αα}, 1e-30)`` for ``theory``."""
+    so = second_order_of(theory)[1]
+    return so.S, np.maximum(np.diag(so.S), 1e-30)
+
+
+def _loss(v: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``L/L(0) = Σ_β (v_β − f_β)² / Σ_β v_β²`` on the mode set, for ``f`` of shape (..., M)."""
+    return np.sum((v - f) ** 2, axis=-1) / np.sum(v**2)
+
+
+def _in_support_loss(v: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``Σ_{β: v_β ≠ 0} (v_β − f_β)² / Σ_β v_β²``: the loss on the target's own modes (equal to :func:`_loss` on the
+    target basis; the extended basis also holds modes with ``v_β = 0``)."""
+    on = v != 0
+    return _loss(v[on], f[..., on])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# systems, built and compiled once per variant spec
+# ----------------------------------------------------------------------------------------------------------------
+class _BuiltVariant:
+    """A :class:`Variant` whose ``system(basis)`` is the one built before (the SymPy assembly and the system hash
+    cost milliseconds, more than a compiled solve); every other attribute is the variant's."""
+
+    def __init__(self, variant: Variant, system: ode.System) -> None:
+        self._variant, self._system = variant, system
+
+    def system(self, basis: str = "target") -> ode.System:
+        return self._system
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._variant, name)
+
+
+_BUILT: dict[tuple, tuple[ode.System, dict[str, Compiled]]] = {}
+
+
+def _spec(variant: Variant, basis: str) -> tuple:
+    """What a variant's system depends on: the closure's name and term (by value, so an equal user closure made
+    again reuses the system), scale, ablations, replacements, parameter names and the basis."""
+    closure = variant.closure_obj
+    return (closure.name, closure.term, variant.scale, variant.ablate,
+            tuple(sorted((k, str(x)) for k, x in variant.replace.items())), tuple(sorted(variant.param_values)),
+            basis)
+
+
+def _built(variant: Variant, basis: str, backend: str) -> tuple[_BuiltVariant, ode.System, Compiled]:
+    """The variant's system for ``basis`` and its ``backend`` code, built and compiled once per process."""
+    key = _spec(variant, basis)
+    if key not in _BUILT:
+        _BUILT[key] = (variant.system(basis), {})
+    system, compiled = _BUILT[key]
+    if backend not in compiled:
+        compiled[backend] = compile_system(system, backend)
+    return _BuiltVariant(variant, system), system, compiled[backend]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the SciPy reference backend
+# ----------------------------------------------------------------------------------------------------------------
+def _loss_events(v: np.ndarray, m: int) -> list[Callable]:
+    out = []
+    for level in LEVELS:
+        def event(t: float, y: np.ndarray, level: float = level) -> float:
+            return float(_loss(v, y[:m])) - level
+        event.direction = -1.0
+        out.append(event)
+    return out
+
+
+class _Diverged(ArithmeticError):
+    """Raised by :class:`_Guard` when the state has blown up."""
+
+
+class _Guard:
+    """Watches a SciPy integration. As the RHS it records non-finite evaluations and raises :class:`_Diverged`
+    after ``patience`` in a row (LSODA otherwise retries without end); as an event function (called on every
+    accepted state) it raises when the state is non-finite or beyond ``bound`` in absolute value (LSODA otherwise
+    stalls with zero-length steps). ``where`` is ``(t, component)`` of the failure: the start of the current run of
+    non-finite evaluations, else the most recent one. Disarmed, it only records (for the re-run up to the
+    failure)."""
+
+    def __init__(self, fun: Callable[[np.ndarray], np.ndarray], bound: float, patience: int = 200) -> None:
+        self.fun, self.bound, self.patience = fun, bound, patience
+        self.streak: tuple[float, int, int] | None = None
+        self.last: tuple[float, int] | None = None
+        self.armed = True
+
+    @property
+    def where(self) -> tuple[float, int] | None:
+        return self.streak[:2] if self.streak is not None else self.last
+
+    def _bad(self, t: float, k: int) -> None:
+        count = self.streak[2] + 1 if self.streak is not None else 1
+        self.streak = (self.streak[:2] if self.streak is not None else (t, k)) + (count,)
+        self.last = (t, k)
+
+    def __call__(self, t: float, y: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            dy = self.fun(y)
+        ok = np.isfinite(y) & np.isfinite(dy)
+        if ok.all():
+            self.streak = None
+            return dy
+        self._bad(t, int(np.argmin(ok)))
+        if self.armed and self.streak[2] >= self.patience:
+            raise _Diverged(f"{self.patience} consecutive non-finite evaluations")
+        return dy
+
+    def wrap_jac(self, jac: Callable[[np.ndarray], np.ndarray]) -> Callable[[float, np.ndarray], np.ndarray]:
+        """The Jacobian as the solver calls it, recording non-finite entries like the RHS does."""
+        def wrapped(t: float, y: np.ndarray) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                out = jac(y)
+            ok = np.all(np.isfinite(out), axis=1)
+            if not ok.all():
+                self._bad(t, int(np.argmin(ok)))
+            return out
+        return wrapped
+
+    def event(self, t: float, y: np.ndarray) -> float:
+        size = np.where(np.isfinite(y), np.abs(y), np.inf)
+        if self.armed and size.max() > self.bound:
+            self.streak = None
+            self._bad(t, int(np.argmax(size)))
+            raise _Diverged(f"state beyond {self.bound:.3g} at t = {t}")
+        return 1.0
+
+
+def _integrate(run: Callable[[float], Any], guard: _Guard, t_max: float) -> tuple[Any, tuple[float, int] | None]:
+    """``run(t_max)``; after a blow-up, re-run with the guard disarmed up to just before the failure, backing off
+    further while the solver still fails. Returns the solver result (``None`` if nothing could be recovered) and
+    ``(t, component)`` of the failure (``None`` if there was none); a recovered result gets status −1."""
+    t_end, failure = t_max, None
+    for backoff in (1e-9, 1e-6, 1e-3, 1e-1, None):
+        try:
+            sol = run(t_end)
+        except (_Diverged, ValueError, np.linalg.LinAlgError):
+            if guard.streak is None:
+                raise
+            failure = failure or guard.where
+            if backoff is None:
+                return None, failure
+            guard.armed, t_end, guard.streak = False, min(t_end, guard.where[0]) * (1 - backoff), None
+            continue
+        if failure is not None:
+            guard.streak = failure + (1,)
+            sol.status, sol.message = -1, "stopped: the state blew up"
+        return sol, failure
+    return None, failure
+
+
+class _Run:
+    """One integration's raw output: states ``y`` (n_t × 2M) and observables at the times ``t`` reached, events,
+    counters, and the failure (``None``, or ``(kind, t, component, message)`` with kind ``"blowup"``/``"failed"``)."""
+
+    def __init__(self, t: np.ndarray, y: np.ndarray, r: np.ndarray, s: np.ndarray, lam: np.ndarray,
+                 t_events: Sequence[float | None], stats: dict[str, Any],
+                 failure: tuple[str, float, int, str] | None) -> None:
+        self.t, self.y, self.r, self.s, self.lam = t, y, r, s, lam
+        self.t_events, self.stats, self.failure = tuple(t_events), stats, failure
+
+
+def _run_scipy(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: np.ndarray, bound: float, *,
+               method: str, rtol: float, atol: float, jacobian: bool) -> _Run:
+    from scipy.integrate import solve_ivp   # the reference backend only (SciPy's integrate costs 0.5 s to import)
+
+    m = v.size
+    t_max = float(t_eval[-1])
+    guard = _Guard(lambda y: compiled.rhs(y, *inputs), bound)
+    use_jac = jacobian and method in IMPLICIT_METHODS and 2 * m <= JACOBIAN_MAX_STATES
+    extra = {"jac": guard.wrap_jac(lambda y: compiled.jac(y, *inputs))} if use_jac else {}
+
+    def run(t_end: float) -> Any:
+        with np.errstate(all="ignore"):
+            return solve_ivp(guard, (0.0, t_end), np.zeros(2 * m), method=method, t_eval=t_eval[t_eval <= t_end],
+                             rtol=rtol, atol=atol, events=_loss_events(v, m) + [guard.event], **extra)
+
+    sol, failure = _integrate(run, guard, t_max)
+    if sol is None:
+        t_bad, k = failure
+        empty = np.zeros((0, 2 * m))
+        return _Run(np.zeros(0), empty, np.zeros((0, inputs[0].shape[1])), np.zeros(0), np.zeros((0, m)),
+                    (None, None), {"jacobian": "exact" if use_jac else "solver"},
+                    ("blowup", t_bad, k, "no output before it could be recovered"))
+    finite = np.all(np.isfinite(sol.y), axis=0)
+    keep = int(np.argmin(finite)) if not finite.all() else sol.t.size
+    y = sol.y[:, :keep].T
+    obs = [compiled.observe(row, *inputs) for row in y]
+    r = np.array([o[0] for o in obs], dtype=float).reshape(keep, -1)
+    s = np.array([float(o[1]) for o in obs])
+    lam = np.array([o[2] for o in obs], dtype=float).reshape(keep, m)
+    t_events = [float(te[0]) if len(te) else None for te in sol.t_events[:2]]
+    stats = {"jacobian": "exact" if use_jac else "solver", "nfev": int(sol.nfev), "njev": int(sol.njev),
+             "solver_message": sol.message}
+    out = None
+    if (sol.status < 0 and guard.where is not None) or keep < sol.t.size:
+        t_bad, k = guard.where if guard.where is not None else (float(sol.t[keep]), 0)
+        out = ("blowup", t_bad, k, sol.message)
+    elif sol.status < 0:
+        out = ("failed", float(sol.t[keep - 1]) if keep else 0.0, -1, sol.message)
+    return _Run(sol.t[:keep], y, r, s, lam, t_events, stats, out)
+
+
+def _run_compiled(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: np.ndarray, bound: float, *,
+                  rtol: float, atol: float) -> _Run:
+    res = integrate.run(compiled.rodas, inputs, t_eval, v, rtol=rtol, atol=atol, levels=LEVELS, bound=bound)
+    stats = {"jacobian": "exact", "nfev": res.n_rhs, "njev": res.n_jac, "steps": res.n_steps,
+             "rejected": res.n_rejected, "solver_message": res.message}
+    failure = None
+    if res.status in (-1, -2):
+        last = np.abs(res.y[-1]) if len(res.y) else np.zeros(1)
+        k = res.component if res.component is not None else int(np.argmax(np.where(np.isfinite(last), last,
+                                                                                      np.inf)))
+        failure = ("blowup", res.t_reached, k, "rodas4 stopped there" if res.status == -1 else res.message)
+    elif res.status < 0:
+        failure = ("failed", res.t_reached, -1, res.message)
+    return _Run(res.t, res.y, res.r, res.s, res.lam, res.t_events, stats, failure)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# one variant
+# ----------------------------------------------------------------------------------------------------------------
+def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalues: str = "exact", *,
+                  basis: str = "target", backend: str = "numpy", method: str = "rodas4", rtol: float = 1e-8,
+                  atol: float = 1e-10, n_points: int = 200, t_min: float = 1e-2,
+                  jacobian: bool = True) -> Trajectory:
+    """Integrate one variant on the modes of ``theory`` (a :class:`featureode.kernel.theory.KernelTheory`) up to ``t_max``.
+
+    ``variant``: a :class:`~featureode.ode.variants.Variant` or a closure name; ``eigenvalues``: ``exact`` or ``hea``
+    ``λ_β(0)``; ``basis``: ``target`` (diagonal flow) or ``extended`` (uses ``theory.gram``); ``method``:
+    ``rodas4`` (compiled, default) or a ``solve_ivp`` method; ``backend`` (``numpy`` or ``numba``): the right-hand
+    side code of the ``solve_ivp`` methods (``rodas4`` always runs numba code); ``rtol``/``atol``: tolerances;
+    ``jacobian=False`` lets a ``solve_ivp`` method estimate the Jacobian.
+
+    Returns a :class:`~featureode.results.trajectory.Trajectory` (``kind = "ode"``, ``name`` = the variant's label):
+    ``loss = L/L(0)``, ``in_support_loss`` (on the modes with ``v_β ≠ 0``), ``f``, ``lam`` (``λ_β(t)``), ``r``,
+    arrays ``"D"`` and ``"s"``, ``t50``/``t10`` from the solver's events, ``meta = {"info": …}`` (terms, solver,
+    tolerances, work counters, seconds).
+
+    Blow-up: the integration stops when a state is non-finite or beyond ``BLOWUP (1 + t_max) max|v|``;
+    :class:`NonFiniteStateError` then names the time and the mode and keeps the curve before it in
+    ``error.trajectory`` (with ``status.error`` set).
+    """
+    variant = Variant(variant) if isinstance(variant, str) else variant
+    if not t_max > t_min > 0 or n_points < 2:
+        raise SolveError(f"need t_max > t_min > 0 and n_points ≥ 2, got t_max={t_max}, t_min={t_min}, "
+                         f"n_points={n_points}")
+    if method not in COMPILED_METHODS + SCIPY_METHODS:
+        raise ValueError(f"[ode] method {method!r} is unknown; valid: rodas4 (compiled, default) or a solve_ivp "
+                         f"method: {', '.join(SCIPY_METHODS)}")
+    compiled_method = method in COMPILED_METHODS
+    code = "numba" if compiled_method else backend
+    built, system, compiled = _built(variant, basis, code)
+    inputs, _ = system_inputs(theory, built, eigenvalues, basis)
+    v = np.asarray(inputs[1], dtype=float)
+    m = v.size
+    if not np.any(v):
+        raise SolveError(f"variant {variant.label!r}: the target is zero on every mode of the mode set "
+                         f"({[str(x) for x in theory.modes]}), so L/L(0) is undefined; give a nonzero target")
+    bound = BLOWUP * (1.0 + t_max) * max(1.0, float(np.max(np.abs(v), initial=0.0)))
+    t_eval = np.concatenate([[0.0], np.geomspace(t_min, t_max, n_points - 1)])
+    start = time.perf_counter()
+    if compiled_method:
+        out = _run_compiled(compiled, inputs, t_eval, v, bound, rtol=rtol, atol=atol)
+    else:
+        out = _run_scipy(compiled, inputs, t_eval, v, bound, method=method, rtol=rtol, atol=atol,
+                         jacobian=jacobian)
+    info = {"variant": variant.label, "closure": variant.closure_obj.name, "terms": [t.name for t in system.terms],
+            "removed": list(system.removed), "replaced": list(system.replaced), "basis": basis,
+            "eigenvalues": eigenvalues, "backend": code, "method": method, "rtol": rtol, "atol": atol,
+            **{k: out.stats.get(k) for k in ("jacobian", "nfev", "njev")},
+            "seconds": time.perf_counter() - start, "solver_message": out.stats.get("solver_message")}
+    error = None
+    if out.failure is not None:
+        kind, t_bad, k, message = out.failure
+        if kind == "blowup":
+            error = (f"variant {variant.label!r}: the state became non-finite (or beyond {bound:.3g}) at "
+                     f"t ≈ {t_bad:.6g} in {'f' if k < m else 'D'}_β of mode {theory.modes[k % m]} ({message}); "
+                     f"the {out.t.size} output times before it are kept")
+        else:
+            error = f"variant {variant.label!r}: integration failed at t ≈ {t_bad:.6g}: {message}"
+    f = out.y[:, :m]
+    traj = Trajectory("ode", variant.label, tuple(str(x) for x in theory.modes), v, out.t, _loss(v, f), f=f,
+                      lam=out.lam, r=out.r, in_support_loss=_in_support_loss(v, f), t50=out.t_events[0],
+                      t10=out.t_events[1], arrays={"D": out.y[:, m:], "s": out.s}, meta={"info": info},
+                      status=Status(complete=error is None, reached_t=float(out.t[-1]) if out.t.size else 0.0,
+                                    error=error))
+    if error is not None:
+        cls = NonFiniteStateError if out.failure[0] == "blowup" else SolveError
+        raise cls(error, traj)
+    return traj
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# configs
+# ----------------------------------------------------------------------------------------------------------------
+def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False) -> ODEResult:
+    o = cfg.ode
+    t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
+    variants: dict[str, Trajectory] = {}
+    for variant in variants_from_config(o, allow_replay=allow_replay):
+        try:
+            traj = solve_variant(theory, variant, cfg.training.t_max, o.eigenvalues, basis=o.basis,
+                                 backend=o.backend, method=o.method, rtol=o.rtol, atol=o.atol, n_points=o.n_points,
+                                 t_min=t_min)
+        except SolveError as exc:
+            traj = exc.trajectory
+            if traj is None:
+                traj = Trajectory.failed(variant.label, theory.modes, theory.target, str(exc))
+        variants[variant.label] = traj
+    return ODEResult(tuple(str(x) for x in theory.modes), np.asarray(theory.target, dtype=float), variants,
+                     eigenvalues=o.eigenvalues, basis=o.basis, t_max=cfg.training.t_max)
+
+
+def _theory_for(cfg: Any) -> Any:
+    from featureode.kernel import theory as kernel
+
+    return kernel.kernel_theory(cfg, with_gram=cfg.ode.basis == "extended")
+
+
+def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = None, *,
+                 allow_replay: bool = False) -> ODEResult:
+    """Solve every variant of ``cfg.ode`` up to ``cfg.training.t_max`` on ``theory`` (a
+    :class:`featureode.kernel.theory.KernelTheory` already built for ``cfg``; default: ``kernel.kernel_theory(cfg)``, with
+    the Gram matrix on the extended basis).
+
+    Returns an :class:`~featureode.results.trajectory.ODEResult` and, with ``out_dir``, writes ``ode.json``/``ode.npz``
+    (DESIGN §6 keys plus each variant's ``D``, ``r``, ``s``, ``info``). A variant that fails does not raise: its
+    trajectory keeps the partial curve with ``status.error`` set (``result.errors`` lists them). The variant
+    ``replay`` needs a simulation: it is a :class:`~featureode.ode.variants.VariantError` here unless ``allow_replay``
+    (a caller such as compare that adds :func:`featureode.ode.replay.replay` itself), which skips it.
+    """
+    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay)
+    if out_dir is not None:
+        result.save(out_dir)
+    return result
+
+
+def solve_batch(cfgs: Sequence[Any], theories: "Sequence[Any] | None" = None,
+                out_dirs: "Sequence[str | Path | None] | None" = None) -> list[ODEResult]:
+    """Solve many configs (the ``--ode-only`` sweep): ``result[k] = solve_config(cfgs[k], out_dirs[k],
+    theories[k])``, faster.
+
+    Every variant of every config runs the compiled integrator (``[ode] method = "rodas4"``): systems are built
+    and compiled once per distinct variant (not per config), and each solve runs in machine code with no Python
+    per step, so the Python cost per config is the input assembly alone. ``theories``: kernel theories already
+    built (e.g. by a batched kernel path), one per config; default ``kernel.kernel_theory`` per config.
+    ``out_dirs``: where to write each config's ``ode.json``/``ode.npz`` (``None`` entries: not written). A failing
+    variant keeps its partial curve with ``status.error`` set, as in :func:`solve_config`.
+    """
+    cfgs = list(cfgs)
+    if theories is not None and len(theories) != len(cfgs):
+        raise ValueError(f"solve_batch: {len(theories)} theories for {len(cfgs)} configs")
+    if out_dirs is not None and len(out_dirs) != len(cfgs):
+        raise ValueError(f"solve_batch: {len(out_dirs)} output folders for {len(cfgs)} configs")
+    return [solve_config(cfg, out_dirs[k] if out_dirs is not None else None,
+                         theories[k] if theories is not None else None) for k, cfg in enumerate(cfgs)]

@@ -1,0 +1,389 @@
+"""The feature ODE family of DESIGN §4 as named SymPy terms, in indexed and expanded renderings.
+
+State per mode ``β ∈ B`` (``M = |B|`` modes, ``d`` directions): ``f_β`` and ``D_β``, stacked as ``y = (f, D)``.
+The system is a fixed sequence of assignments; each right-hand side is written with *term placeholders* that a
+variant fills with a body, removes (the term's neutral value) or replaces (a user expression)::
+
+    r_i        = <closure term>_i                      (lazy: r_i = 1)
+    s          = <scale>                               (off: s = 1)
+    ρ_β        = <eigen_growth>_β · s                  eigen_growth = Π_i r_i^{β_i}
+    λ_β        = λ_β(0) ρ_β
+    df_β/dt    = <kernel_flow>_β [+ <mode_coupling>_β]  kernel_flow = λ_β (v_β − f_β)
+    dD_β/dt    = <residual_integral>_β                  residual_integral = v_β − f_β
+
+Built-in closure terms. Direction laws (``r_i``): ``agop_growth`` ``1 + κ Σ_β β_i f_β² / g_i``;
+``displacement_growth`` ``1 + q Σ_β β_i c_{|β|} g^β D_β²``. Eigenvalue laws (``ρ_β`` in place of
+``eigen_growth``, ``r_i = 1``): ``second_order_growth`` and ``resummed_growth`` (:data:`SECOND_ORDER_GROWTH`).
+``q`` is the closure prefactor of the parametrization (``featureode.kernel.parametrization``; ``q = γ²`` for meanfield).
+See :data:`SCALE` for the scale factor and :data:`MODE_COUPLING` for the extended basis.
+
+Symbols (also the names a user expression may use, :data:`NAMESPACE`): indices ``b``/``beta`` and ``a``/``alpha``
+(modes), ``i`` (directions); states ``f[b]``, ``D[b]``; inputs ``v[b]`` (target), ``lam0[b]`` (λ_β(0)), ``B[b,i]``
+(``β_i``), ``g[i]``, ``gpow[b]`` (``g^β``), ``c[b]`` (``c_{|β|}``), ``K[a,b]`` (off-diagonal Gram ``K_{αβ}(0)``,
+extended basis), ``S[b,a]`` (second-order growth constants ``S_{βα}``), ``Sd[a]`` (``max(S_{αα}, 1e-30)``),
+``gamma``, ``kappa``, ``q``; intermediates ``r[i]``, ``s``, ``rho[b]``, ``lam[b]``.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import sympy as sp
+
+from featureode.calculus.hermite import Mode
+from featureode.ode.indexed import DerivativeContext, IndexSpace, differentiate, expand, free_indices, rename_shadowed
+
+
+class AssemblyError(ValueError):
+    """A system that cannot be assembled (a term used out of order, with the wrong indices, …)."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# symbols
+# ----------------------------------------------------------------------------------------------------------------
+M = sp.Symbol("M", integer=True, positive=True)
+d = sp.Symbol("d", integer=True, positive=True)
+beta = sp.Symbol("beta", integer=True)
+alpha = sp.Symbol("alpha", integer=True)
+i = sp.Symbol("i", integer=True)
+j = sp.Symbol("j", integer=True)      # Jacobian column (a mode index); not available to user expressions
+
+f, D = sp.IndexedBase("f"), sp.IndexedBase("D")
+v, lam0, B, g, gpow, c, K, S, Sd = (sp.IndexedBase(n) for n in ("v", "lam0", "B", "g", "gpow", "c", "K", "S", "Sd"))
+gamma, kappa, q = sp.Symbol("gamma"), sp.Symbol("kappa"), sp.Symbol("q")
+r, rho, lam = sp.IndexedBase("r"), sp.IndexedBase("rho"), sp.IndexedBase("lam")
+s = sp.Symbol("s")
+dfdt, dDdt = sp.IndexedBase("dfdt"), sp.IndexedBase("dDdt")
+
+STATES = (f, D)
+#: Inputs of every compiled system, in argument order (user parameters follow, sorted by name).
+INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "gamma", "kappa", "q")
+INTERMEDIATES = {"r": r, "s": s, "rho": rho, "lam": lam}
+
+
+def index_space() -> IndexSpace:
+    """A fresh index space: mode indices β, α, j over ``0…M-1``; the direction index i over ``0…d-1``."""
+    return IndexSpace({"mode": M, "direction": d}, {beta: "mode", alpha: "mode", j: "mode", i: "direction"})
+
+
+def mode_sum(expr: sp.Expr, idx: sp.Symbol = beta) -> sp.Sum:
+    """``Σ_{idx ∈ B} expr``."""
+    return sp.Sum(expr, (idx, 0, M - 1))
+
+
+def direction_sum(expr: sp.Expr, idx: sp.Symbol = i) -> sp.Sum:
+    """``Σ_{idx=0}^{d-1} expr``."""
+    return sp.Sum(expr, (idx, 0, d - 1))
+
+
+def direction_product(expr: sp.Expr, idx: sp.Symbol = i) -> sp.Product:
+    """``Π_{idx=0}^{d-1} expr``."""
+    return sp.Product(expr, (idx, 0, d - 1))
+
+
+#: Names a user expression may use, mapped to the objects above (plus the sum/product helpers).
+NAMESPACE: dict[str, object] = {
+    "b": beta, "beta": beta, "a": alpha, "alpha": alpha, "i": i, "M": M, "d": d,
+    "f": f, "D": D, "v": v, "lam0": lam0, "B": B, "g": g, "gpow": gpow, "c": c, "K": K, "S": S, "Sd": Sd,
+    "gamma": gamma, "kappa": kappa, "q": q, "r": r, "s": s, "rho": rho, "lam": lam,
+    "sum_b": mode_sum, "sum_a": lambda e: mode_sum(e, alpha), "sum_i": direction_sum, "prod_i": direction_product,
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# terms
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Term:
+    """A named piece of the system: ``body`` with free indices ``index``; removing it puts ``neutral`` in its place
+    (0 for an additive term, 1 for a factor)."""
+
+    name: str
+    body: sp.Expr
+    index: tuple[sp.Symbol, ...]
+    neutral: sp.Expr
+    doc: str
+
+    @property
+    def placeholder(self) -> sp.Expr:
+        """The undefined function ``name(index…)`` standing for the term in templates."""
+        return sp.Function(self.name)(*self.index)
+
+    def with_body(self, body: sp.Expr) -> "Term":
+        """The same term with another body (a user replacement)."""
+        return Term(self.name, sp.sympify(body), self.index, self.neutral, self.doc)
+
+
+KERNEL_FLOW = Term("kernel_flow", lam[beta] * (v[beta] - f[beta]), (beta,), sp.Integer(0),
+                   "kernel flow: the residual of each mode relaxes at its current eigenvalue")
+RESIDUAL_INTEGRAL = Term("residual_integral", v[beta] - f[beta], (beta,), sp.Integer(0),
+                         "integrated residual: D accumulates the residual of each mode")
+EIGEN_GROWTH = Term("eigen_growth", direction_product(r[i] ** B[beta, i]), (beta,), sp.Integer(1),
+                    "eigenvalue growth: each eigenvalue follows the variance growth of the directions of its mode")
+SCALE = Term("scale", 1 + q * mode_sum(c[beta] * gpow[beta] * D[beta] ** 2), (), sp.Integer(1),
+             "scale factor: predicted growth of the second-layer second moment, multiplying every eigenvalue")
+"""``s = 1 + q Σ_β c_{|β|} g^β D_β²`` (``q = γ²`` in the meanfield parametrization), the predicted growth of the
+second-layer second moment ``⟨a²⟩``.
+
+Derivation. The readout weights follow ``da_k/dt = γ E_x[(y − f) σ(u_k)]``. With ``y − f = Σ_β (v_β − f_β) h_β`` and
+Gaussian integration by parts (DESIGN §2) ``E_x[h_β σ(u_k)] = ŵ_k^β m_{|β|}(b_k, |ŵ_k|)/sqrt(β!)``; to first order
+the first-layer weights are frozen, so integrating in time gives
+``a_k(t) − a_k(0) = γ Σ_β D_β ŵ_k^β m_{|β|}/sqrt(β!)``. Averaging the square over init neurons, the cross term
+``2 a_k(0)(a_k(t) − a_k(0))`` vanishes (``a_k(0)`` is independent of ``(w_k, b_k)`` with mean 0); in the square of the
+sum the terms ``β ≠ β'`` vanish by the sign symmetry ``w_i → −w_i`` whenever β and β' differ in parity along some
+direction, and ``E[(ŵ^β)² m_{|β|}²]/β! ≈ g^β E[a_k² m_{|β|}²] = g^β c_{|β|}`` (exact for multilinear β when
+``|ŵ|`` is treated as independent of one coordinate; ``E[a_k²] = 1``). Hence
+``⟨a²⟩(t)/⟨a²⟩(0) = 1 + γ² Σ_β c_{|β|} g^β D_β²``; the NTK's first-layer part is proportional to ``a_k²``, so every
+eigenvalue is multiplied by ``s``. Off by default.
+"""
+MODE_COUPLING = Term("mode_coupling",
+                     sp.sqrt(rho[beta]) * mode_sum(K[beta, alpha] * sp.sqrt(rho[alpha]) * (v[alpha] - f[alpha]),
+                                                   alpha),
+                     (beta,), sp.Integer(0),
+                     "off-diagonal kernel coupling between the modes of the extended basis")
+"""Extended basis: ``df/dt = K(t)(v − f)`` with ``K_{αβ}(t) = K_{αβ}(0) sqrt(ρ_α ρ_β)``.
+
+Choice: the closures rescale the effective data variance along direction i by ``r_i`` (and the readout scale by
+``s``), so the feature component carried by ``h_β`` is multiplied by ``sqrt(ρ_β)``, ``ρ_β = s Π_i r_i^{β_i}``. The
+kernel between two modes is an inner product of their feature components and scales with ``sqrt(ρ_α ρ_β)``; on the
+diagonal this is exactly the target-basis law ``λ_β(t) = λ_β(0) ρ_β``. The diagonal part stays in ``kernel_flow``
+and the off-diagonal part (``K`` = Gram with zero diagonal) is this term, so ablating it leaves the diagonal flow.
+"""
+AGOP_GROWTH = Term("agop_growth", 1 + kappa * mode_sum(B[beta, i] * f[beta] ** 2 / g[i]), (i,), sp.Integer(1),
+                   "AGOP closure: features follow the gradient outer product of the learned function")
+DISPLACEMENT_GROWTH = Term("displacement_growth",
+                           1 + q * mode_sum(B[beta, i] * c[beta] * gpow[beta] * D[beta] ** 2), (i,),
+                           sp.Integer(1),
+                           "displacement closure: first-order weight displacement driven by integrated residuals")
+
+SECOND_ORDER_GROWTH = Term("second_order_growth", 1 + q * mode_sum(S[beta, alpha] * D[alpha] ** 2, alpha), (beta,),
+                           sp.Integer(1),
+                           "second-order closure: each eigenvalue to second order in the weight displacement, "
+                           "readout, first-layer and bias parts and their cross terms averaged jointly over init")
+"""``ρ_β = 1 + q Σ_α S_{βα} D_α²`` (an eigenvalue law: it takes the place of ``eigen_growth``; ``r_i = 1``).
+
+``S_{βα}`` is the second-order growth of ``λ_β`` when mode α has accumulated the integrated residual ``D_α``
+(:mod:`featureode.kernel.second_order`, ``derivations/closure_second_order.py``): the per-neuron flow ``dθ/dD_α = γ P∇φ_α``
+expanded to second order in ``γ D_α`` — the readout growth of the neurons that carry α, their first-layer and bias
+displacement, and the feedback of one on the other — averaged jointly over the init law. For a linear activation it
+gives ``S_{αα} = 2 g_α`` where first-order ``displacement`` has ``c_1 g_α = g_α``: the readout growth and the
+readout–weight feedback are of the same order as the first-order displacement.
+"""
+RESUMMED_GROWTH = Term("resummed_growth",
+                       1 + mode_sum(S[beta, alpha] * 2 * sp.sinh(sp.sqrt(q * Sd[alpha] / 2) * D[alpha]) ** 2
+                                    / Sd[alpha], alpha),
+                       (beta,), sp.Integer(1),
+                       "resummed second-order closure: the second-order growth resummed along the hyperbolic "
+                       "per-neuron flow of each driving mode")
+"""``ρ_β = 1 + Σ_α S_{βα} (cosh(sqrt(2 q S_{αα}) D_α) − 1)/S_{αα}`` (written with ``cosh x − 1 = 2 sinh²(x/2)``;
+``Sd_α = max(S_{αα}, 10⁻³⁰)``, so a column with ``S_{αα} ≤ 0`` falls back to the second-order law).
+
+Resummation. Driven by a degree-1 mode the per-neuron flow is a hyperbolic rotation of ``(a, ŵ_α/sqrt(g_α))`` with
+rapidity ``γ sqrt(g_α) m_1 D_α``, so every second moment grows like ``cosh(2 γ sqrt(g_α) m_1 D_α)``; the resummed law
+has the rapidity fixed by the driving mode's own second-order coefficient ``S_{αα}`` and agrees with
+``second_order_growth`` to order ``D²``. It is exact for a linear activation (any mode driven alone; also the
+growth of the other modes' eigenvalues through ``⟨a²⟩``).
+"""
+
+#: Terms present in every system (the closure term and mode_coupling depend on the variant and basis).
+CORE_TERMS = (KERNEL_FLOW, RESIDUAL_INTEGRAL, EIGEN_GROWTH, SCALE, MODE_COUPLING)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# systems
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Assignment:
+    """``target[index] = expr`` (``template`` is the same right-hand side with term placeholders)."""
+
+    name: str
+    target: sp.Basic
+    index: tuple[sp.Symbol, ...]
+    expr: sp.Expr
+    template: sp.Expr = sp.Integer(0)
+
+
+@dataclass(frozen=True)
+class ExpandedSystem:
+    """One SymPy expression per state variable for a concrete mode set (``states = f_β…, D_β…``)."""
+
+    states: tuple[sp.Symbol, ...]
+    rhs: tuple[sp.Expr, ...]
+    observables: Mapping[str, tuple[sp.Expr, ...]]
+
+    def jacobian(self) -> sp.Matrix:
+        """``∂ rhs / ∂ states`` by SymPy (for checking the indexed Jacobian)."""
+        return sp.Matrix(self.rhs).jacobian(sp.Matrix(self.states))
+
+
+@dataclass(frozen=True)
+class System:
+    """A resolved feature-ODE system: assignments in evaluation order plus its terms and options."""
+
+    assignments: tuple[Assignment, ...]
+    terms: tuple[Term, ...]            # active terms, bodies as used (replaced ones hold the user body)
+    removed: tuple[str, ...]
+    replaced: tuple[str, ...]
+    basis: str
+    params: tuple[str, ...]            # user parameter names (inputs after INPUTS)
+    space: IndexSpace = field(default_factory=lambda: index_space(), compare=False)  # incl. renamed indices
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Argument names after ``y`` of the compiled functions: :data:`INPUTS` + user params."""
+        return INPUTS + self.params
+
+    @property
+    def key(self) -> str:
+        """Hash of the resolved equations (what the compiled code depends on)."""
+        blob = repr([(a.name, a.index, sp.srepr(a.expr)) for a in self.assignments] + list(self.params))
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    def assignment(self, name: str) -> Assignment:
+        """The assignment named ``name`` (``r``, ``s``, ``rho``, ``lam``, ``dfdt``, ``dDdt``)."""
+        return next(a for a in self.assignments if a.name == name)
+
+    def term(self, name: str) -> Term:
+        """The active term named ``name``."""
+        return next(t for t in self.terms if t.name == name)
+
+    # exact Jacobian, indexed -------------------------------------------------------------------------------------
+    def jacobian_program(self) -> tuple[tuple[Assignment, ...], dict[tuple[str, str], sp.IndexedBase | None]]:
+        """Indexed assignments for ``∂z/∂X[j]`` of every assignment ``z`` and state ``X``, and the four blocks
+        ``{(d-state name, X name): J or None}`` (None: identically zero) of ``∂(df/dt, dD/dt)/∂(f, D)``."""
+        space = self.space
+        out: list[Assignment] = []
+        blocks: dict[tuple[str, str], sp.IndexedBase | None] = {}
+        for state in STATES:
+            known: dict[sp.Basic, sp.IndexedBase | None] = {}
+            for a in self.assignments:
+                expr = differentiate(a.expr, DerivativeContext(state, j, known, space))
+                jac = sp.IndexedBase(f"J_{a.name}_{state}") if expr != 0 else None
+                known[a.target] = jac
+                if jac is not None:
+                    out.append(Assignment(jac.name, jac, a.index + (j,), expr))
+                if a.name in ("dfdt", "dDdt"):
+                    blocks[(a.name, str(state))] = jac
+        return tuple(out), blocks
+
+    # expanded rendering ------------------------------------------------------------------------------------------
+    def expanded(self, modes: Sequence[Mode], dim: int,
+                 values: Mapping[str, object] | None = None) -> ExpandedSystem:
+        """Write the system out for the mode set ``modes`` in ``dim`` directions.
+
+        For inspection and for checking the indexed form: the expressions grow with the mode set (a closure sums
+        over every mode), so this is meant for a few dozen modes; the solver never uses it.
+        With ``values=None`` the inputs stay symbolic (``v[z0]``, ``lam0[z0]``, ``g_0``, ``c_1``, ``K[z0,z1]``,
+        ``gamma``, ``kappa``; ``B`` is always the integer order and ``g^β`` the product of the ``g_i``); otherwise
+        ``values`` maps input names to arrays/floats as passed to the compiled code.
+        """
+        modes = list(modes)
+        space = self.space
+        sizes = {"mode": len(modes), "direction": dim}
+        states = {str(st): [sp.Symbol(f"{st}[{m}]") for m in modes] for st in STATES}
+        memo: dict[tuple, sp.Expr] = {}
+        by_target = {a.target: a for a in self.assignments}
+
+        def number(name: str, idx: tuple[int, ...]) -> sp.Expr:
+            val = values[name]
+            for k in idx:
+                val = val[k]
+            return sp.Float(float(val), 17)
+
+        def lookup(base: sp.Basic, idx: tuple[int, ...]) -> sp.Expr:
+            name = str(base)
+            if name in states:
+                return states[name][idx[0]]
+            if base in by_target:
+                key = (name, idx)
+                if key not in memo:
+                    a = by_target[base]
+                    memo[key] = expand(a.expr, space, sizes, dict(zip(a.index, idx)), lookup)
+                return memo[key]
+            if name == "B":
+                return sp.Integer(modes[idx[0]].order(idx[1]))
+            if values is not None and (name in INPUTS or name in self.params):
+                return number(name, idx)
+            if name == "g":
+                return sp.Symbol(f"g_{idx[0]}")
+            if name == "gpow":
+                return sp.Mul(*[sp.Symbol(f"g_{dd}") ** n for dd, n in modes[idx[0]].items])
+            if name == "c":
+                return sp.Symbol(f"c_{modes[idx[0]].degree}")
+            if name == "K" and idx[0] == idx[1]:
+                return sp.Integer(0)
+            if idx:     # v, lam0, K: one symbol per mode (pair)
+                return sp.Symbol(f"{name}[{','.join(str(modes[k]) for k in idx)}]")
+            return base
+
+        def rows(name: str) -> tuple[sp.Expr, ...]:
+            a = self.assignment(name)
+            n = sizes[space.kinds[a.index[0]]] if a.index else 1
+            return tuple(lookup(a.target, (k,) if a.index else ()) for k in range(n))
+
+        return ExpandedSystem(tuple(states["f"] + states["D"]), rows("dfdt") + rows("dDdt"),
+                              {name: rows(name) for name in ("r", "s", "rho", "lam")})
+
+
+def _check_references(a: Assignment, defined: set, terms: Iterable[Term]) -> None:
+    used = {x.base for x in a.expr.atoms(sp.Indexed)} | a.expr.atoms(sp.Symbol)
+    later = [str(x) for x in used if x in set(INTERMEDIATES.values()) - defined]
+    if later:
+        names = ", ".join(t.name for t in terms) or "(none)"
+        raise AssemblyError(f"the right-hand side of {a.name} (terms: {names}) uses {', '.join(sorted(later))}, "
+                           f"which is computed at or after {a.name}; available here: "
+                           f"{', '.join(sorted(str(x) for x in defined)) or 'only states and inputs'}")
+
+
+def is_eigen_law(closure: Term) -> bool:
+    """A closure term indexed by a mode (``(β,)``) is an eigenvalue law: it gives ``ρ_β`` in place of
+    ``eigen_growth`` (and ``r_i = 1``); one indexed by a direction (``(i,)``) gives ``r_i``."""
+    return closure.index == (beta,)
+
+
+def build_system(closure: Term | None, *, scale: bool = False, basis: str = "target",
+                 removed: Iterable[str] = (), replaced: Mapping[str, sp.Expr] | None = None,
+                 params: Iterable[str] = ()) -> System:
+    """Assemble and resolve the system for one closure term (``None``: lazy, ``r_i = 1``; a direction law gives
+    ``r_i``, an eigenvalue law (:func:`is_eigen_law`) gives ``ρ_β`` in place of ``eigen_growth``).
+
+    ``removed``: term names replaced by their neutral value; ``replaced``: ``{term name: new body}`` (free indices
+    must be among the term's). Both must name terms active in this system (callers validate and report).
+    """
+    if basis not in ("target", "extended"):
+        raise AssemblyError(f"basis must be 'target' or 'extended', got {basis!r}")
+    replaced = dict(replaced or {})
+    removed = tuple(removed)
+    eigen = None if closure is not None and is_eigen_law(closure) else EIGEN_GROWTH
+    active = [t for t in (closure, SCALE if scale else None, eigen, KERNEL_FLOW,
+                          MODE_COUPLING if basis == "extended" else None, RESIDUAL_INTEGRAL) if t is not None]
+    terms = tuple(t.with_body(replaced[t.name]) if t.name in replaced else t for t in active)
+    ph = {t.name: t.placeholder for t in terms}
+    flow = ph["kernel_flow"] + (ph["mode_coupling"] if basis == "extended" else 0)
+    direction_law = closure is not None and not is_eigen_law(closure)
+    growth = ph[closure.name] if closure is not None and not direction_law else ph["eigen_growth"]
+    templates = [("r", r, (i,), ph[closure.name] if direction_law else sp.Integer(1)),
+                 ("s", s, (), ph["scale"] if scale else sp.Integer(1)),
+                 ("rho", rho, (beta,), growth * s),
+                 ("lam", lam, (beta,), lam0[beta] * rho[beta]),
+                 ("dfdt", dfdt, (beta,), flow),
+                 ("dDdt", dDdt, (beta,), ph["residual_integral"])]
+    space = index_space()
+    fill = {t.placeholder: (t.neutral if t.name in removed else t.body) for t in terms}
+    assignments = []
+    defined: set = set()
+    for name, target, index, template in templates:
+        used = [t for t in terms if template.has(t.placeholder)]
+        expr = rename_shadowed(template.xreplace(fill), space, frozenset(index))
+        stray = free_indices(expr, space) - set(index)
+        if stray:
+            raise AssemblyError(f"{name}{list(index) or ''} (terms: {', '.join(t.name for t in used)}) has free "
+                               f"indices {sorted(map(str, stray))} that are not its own; sum them "
+                               f"(sum_b/sum_i) or use {[str(x) for x in index] or 'no index'}")
+        a = Assignment(name, target, index, expr, template)
+        _check_references(a, defined, used)
+        assignments.append(a)
+        defined.add(target)
+    return System(tuple(assignments), tuple(t for t in terms if t.name not in removed), removed,
+                  tuple(sorted(replaced)), basis, tuple(sorted(params)), space)

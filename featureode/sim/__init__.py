@@ -1,0 +1,1 @@
+"""The real network: PyTorch training by SGD as a discretised gradient flow, measured like the theory."""

@@ -1,0 +1,257 @@
+"""Phase diagrams of a sweep (``featureode plot``, DESIGN §7), from the rows of ``results.csv``.
+
+Over two keys a heatmap of the seed mean of a metric, one cell per (x, y), annotated; a ratio metric (ODE/MLP) uses a
+diverging colour map centred on 1 on a log scale symmetric about 1, and the contour of the region within ±10% of 1
+is drawn along the cell edges. Over one key a line with the seed
+standard deviation as error bars (the ±10% band shaded for ratios). One panel per variant unless one is named. An
+axis may be several keys varied together (``[zip]``), written ``"target.expr,data.dim"``. Built on
+:class:`matplotlib.figure.Figure` (no pyplot state).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.figure import Figure
+from matplotlib.collections import LineCollection
+
+from featureode.config import suggest
+from featureode.workflow.grid import Grid, slug
+from featureode.workflow.sweeps import RESULT_COLUMNS, SweepError, mean_sd, read_results
+
+#: Metrics ``plot`` can draw (columns of ``results.csv``); the ratios are centred on 1.
+METRICS = ("t10_ratio", "t50_ratio", "log_rms", "t50", "t10", "mlp_t50", "mlp_t10", "t_max")
+RATIOS = ("t10_ratio", "t50_ratio")
+
+
+class PlotError(SweepError):
+    """A plot request that the results cannot answer; the message names the key and the fix."""
+
+
+def _keys(axis: str, columns: Sequence[str]) -> tuple[str, ...]:
+    keys = tuple(k.strip() for k in axis.split(","))
+    for k in keys:
+        if k not in columns:
+            varied = [c for c in columns if c not in RESULT_COLUMNS]
+            raise PlotError(f"{k!r} is not a varied key of these results" + suggest(k, varied))
+    return keys
+
+
+def _order(values: list[tuple]) -> list[tuple]:
+    """Distinct axis values: sorted when all are numbers, else in order of first appearance."""
+    distinct = list(dict.fromkeys(values))
+    if all(isinstance(x, (int, float)) and x is not None for v in distinct for x in v):
+        return sorted(distinct)
+    return distinct
+
+
+def _label(v: tuple) -> str:
+    return ", ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
+
+
+def select(rows: Sequence[dict[str, Any]], keys: Sequence[str], metric: str, variant: str | None,
+           where: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The finished rows to draw, by variant panel: ``status == "ok"``, matching ``where``, with the metric known;
+    refuses results that vary a key that is neither on an axis nor fixed by ``where``."""
+    if not rows:
+        raise PlotError("the results table is empty; run the sweep first")
+    columns = list(rows[0])
+    if metric not in METRICS:
+        raise PlotError(f"unknown metric {metric!r}" + suggest(metric, list(METRICS)))
+    for k, v in (where or {}).items():
+        if k not in columns:
+            raise PlotError(f"--where {k!r} is not a column of these results" + suggest(k, columns))
+    picked = [r for r in rows if r["status"] == "ok" and all(_same(r[k], v) for k, v in (where or {}).items())]
+    if variant is not None:
+        known = sorted({r["variant"] for r in rows})
+        if variant not in known:
+            raise PlotError(f"unknown variant {variant!r}" + suggest(variant, known))
+        picked = [r for r in picked if r["variant"] == variant]
+    varied = [c for c in columns if c not in RESULT_COLUMNS]
+    for k in varied:
+        if k in keys or k in (where or {}):
+            continue
+        seen = sorted({str(r[k]) for r in picked})
+        if len(seen) > 1:
+            raise PlotError(f"the results also vary {k} ({', '.join(seen)}); put it on an axis or fix it with "
+                            f"--where {k}={seen[0]}")
+    if metric.startswith("mlp_"):  # the network's own times: the same in every variant's rows
+        first = picked[0]["variant"] if picked else None
+        panels = {"MLP": [r for r in picked if r["variant"] == first]}
+    else:
+        panels = {}
+        for r in picked:
+            panels.setdefault(r["variant"], []).append(r)
+    panels = {k: v for k, v in panels.items() if any(_finite(r[metric]) for r in v)}
+    if not panels:
+        raise PlotError(f"no finished run has a value of {metric}" + (" (ODE-only sweeps have no ratios; use "
+                                                                      "--metric t10)" if metric in RATIOS else ""))
+    return panels
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, metric: str = "t10_ratio",
+                 variant: str | None = None, where: dict[str, Any] | None = None) -> Figure:
+    """The phase diagram of ``metric`` over ``x`` (and ``y``): a heatmap, or a line with seed error bars."""
+    columns = list(rows[0]) if rows else []
+    xk = _keys(x, columns) if rows else ()
+    yk = _keys(y, columns) if (rows and y) else ()
+    panels = select(rows, xk + yk, metric, variant, where)
+    n = len(panels)
+    ncol = min(n, 3)
+    nrow = math.ceil(n / ncol)
+    xs = _order([tuple(r[k] for k in xk) for rs in panels.values() for r in rs])
+    ys = _order([tuple(r[k] for k in yk) for rs in panels.values() for r in rs]) if yk else []
+    w = max(4.2, 0.9 * len(xs) + 2.2) if yk else 5.0
+    h = max(3.2, 0.5 * len(ys) + 1.8) if yk else 3.8
+    fig = Figure(figsize=(w * ncol, h * nrow + 0.4), layout="constrained")
+    axes = fig.subplots(nrow, ncol, squeeze=False, sharey=not yk).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    ratio = metric in RATIOS
+    stats = {name: _cells(rs, xk, yk, metric) for name, rs in panels.items()}
+    finite = [m for st in stats.values() for m, _, _ in st.values() if m is not None]
+    norm = _norm(finite, ratio)
+    for ax, (name, st) in zip(axes, stats.items()):
+        if yk:
+            _heatmap(fig, ax, st, xs, ys, norm, ratio, metric)
+            ax.set(xlabel=x, ylabel=y)
+        else:
+            _line(ax, st, xs, metric, ratio)
+            ax.set(xlabel=x, ylabel=metric)
+        ax.set_title(name)
+    fixed = ", ".join(f"{k} = {v}" for k, v in (where or {}).items())
+    fig.suptitle(f"{metric} (seed mean)" + (f", {fixed}" if fixed else "")
+                 + ("; outlined: within ±10% of 1" if ratio and yk else "")
+                 + ("; —: a curve ends before it crosses" if any(m is None for st in stats.values()
+                                                                  for m, _, _ in st.values()) else ""))
+    return fig
+
+
+def _cells(rows: Sequence[dict[str, Any]], xk: Sequence[str], yk: Sequence[str], metric: str
+           ) -> dict[tuple[tuple, tuple], tuple[float | None, float | None, int]]:
+    """(x, y) → seed mean, sd and count of ``metric``."""
+    groups: dict[tuple[tuple, tuple], list[float | None]] = {}
+    for r in rows:
+        groups.setdefault((tuple(r[k] for k in xk), tuple(r[k] for k in yk)), []).append(
+            r[metric] if _finite(r[metric]) else None)
+    return {k: mean_sd(v) for k, v in groups.items()}
+
+
+def _norm(values: Sequence[float], ratio: bool) -> Normalize:
+    """Log scale symmetric about 1 for ratios (1 is the centre of the diverging map); else linear or log."""
+    if ratio:
+        m = max([1.25] + [max(v, 1 / v) for v in values if v > 0])
+        return LogNorm(vmin=1 / m, vmax=m)
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    if lo > 0 and hi / lo > 10:
+        return LogNorm(vmin=lo, vmax=hi)
+    return Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1)
+
+
+def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], norm: Normalize, ratio: bool,
+             metric: str) -> None:
+    z = np.full((len(ys), len(xs)), np.nan)
+    for (xv, yv), (m, _, _) in st.items():
+        if m is not None:
+            z[ys.index(yv), xs.index(xv)] = m
+    cmap = "RdBu_r" if ratio else "viridis"
+    im = ax.imshow(np.ma.masked_invalid(z), cmap=cmap, norm=norm, aspect="auto", origin="lower")
+    ax.set_facecolor("0.85")
+    ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            m, sd, _ = st.get((xs[j], ys[i]), (None, None, 0))
+            text = "—" if m is None else f"{m:.3g}"
+            if sd is not None:
+                text += f"\n±{sd:.2g}"
+            shade = im.cmap(norm(m)) if m is not None else (0.85, 0.85, 0.85, 1)
+            dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
+    if ratio:
+        edges = band_edges(z)
+        if edges:
+            ax.add_collection(LineCollection(edges, colors="k", linewidths=2.0, label="±10% of 1"))
+    bar = fig.colorbar(im, ax=ax, shrink=0.9)
+    bar.set_label(metric)
+    if ratio:
+        fine = (0.9, 1.1) if norm.vmax < 1.6 else ()
+        ticks = [t for t in (0.25, 0.5, 0.67, 0.8, *fine, 1.0, 1.25, 1.5, 2.0, 4.0) if norm.vmin <= t <= norm.vmax]
+        bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
+        bar.minorticks_off()
+
+
+def band_edges(z: np.ndarray, lo: float = 0.9, hi: float = 1.1) -> list[list[tuple[float, float]]]:
+    """The contour of the region ``lo ≤ z ≤ hi`` on a grid of cells centred on integer points (``z[i, j]`` at
+    x = j, y = i): the cell edges between a cell inside and one outside (or the border), as line segments."""
+    inside = np.isfinite(z) & (z >= lo) & (z <= hi)
+    ny, nx = inside.shape
+    inside_at = lambda i, j: 0 <= i < ny and 0 <= j < nx and bool(inside[i, j])  # noqa: E731
+    segs = []
+    for i, j in zip(*np.nonzero(inside)):
+        x0, x1, y0, y1 = j - 0.5, j + 0.5, i - 0.5, i + 0.5
+        for di, dj, seg in ((-1, 0, [(x0, y0), (x1, y0)]), (1, 0, [(x0, y1), (x1, y1)]),
+                            (0, -1, [(x0, y0), (x0, y1)]), (0, 1, [(x1, y0), (x1, y1)])):
+            if not inside_at(i + di, j + dj):
+                segs.append(seg)
+    return segs
+
+
+def _line(ax: Any, st: dict, xs: list[tuple], metric: str, ratio: bool) -> None:
+    numeric = len(xs[0]) == 1 and all(isinstance(v[0], (int, float)) for v in xs)
+    pos = [v[0] for v in xs] if numeric else list(range(len(xs)))
+    got = [(p, *st[(v, ())]) for p, v in zip(pos, xs) if st.get((v, ()), (None,))[0] is not None]
+    if got:
+        p, m, sd, _ = zip(*got)
+        ax.errorbar(np.asarray(p, float), np.asarray(m, float), yerr=np.array([s or 0.0 for s in sd]), marker="o",
+                    capsize=3, lw=1.5)
+    if numeric and min(pos) > 0 and max(pos) / min(pos) > 20:
+        ax.set_xscale("log")
+        ax.minorticks_off()
+    ax.set_xticks(pos, [_label(v) for v in xs])
+    if ratio:
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhspan(0.9, 1.1, color="0.5", alpha=0.15, lw=0, label="±10%")
+        ax.legend(fontsize=8)
+
+
+def natural_plots(out: "str | Path", grid: Grid, ode_only: bool = False, limit: int = 12) -> list[Path]:
+    """``sweep --plot``: the phase diagrams of a finished sweep in ``out/plots/``, of the t10 and t50 ratios (the
+    ODE's t10 and t50 when ODE-only): a line over the only axis, else a heatmap with the last axis along x and the one
+    before along y (a zipped axis counts as one), one figure per value of any further axes (at most ``limit``)."""
+    axes = [ax for ax in grid.axes if len(ax.values) > 1]
+    if not axes:
+        return []
+    rows = read_results(Path(out) / "results.csv")
+    x, y = axes[-1].label, (axes[-2].label if len(axes) > 1 else None)
+    others = axes[:-2]
+    combos = [dict(zip([k for ax in others for k in ax.keys], [v for vals in combo for v in vals]))
+              for combo in itertools.product(*(ax.values for ax in others))][:limit]
+    made = []
+    for metric in (("t10", "t50") if ode_only else ("t10_ratio", "t50_ratio")):
+        for where in combos:
+            suffix = "".join(f"_{k.split('.')[-1]}{slug(v)}" for k, v in where.items())
+            try:
+                fig = phase_figure(rows, x, y, metric, where=where or None)
+            except PlotError:  # nothing finished to draw at this combination
+                continue
+            path = Path(out) / "plots" / f"{metric}{suffix}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, dpi=110)
+            made.append(path)
+    return made
