@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from featureode.workflow import sweeps
+from featureode.workflow import executors, sweeps, tasks
 from featureode.cli import main
 from featureode.config import config_from_dict
 from featureode.workflow.grid import load_grid, suite_path
@@ -123,7 +123,7 @@ def test_mlp_sweep_two_local_jobs(tmp_path):
 def test_failing_run_is_retried_once_then_recorded(tmp_path, monkeypatch):
     grid_path = _write(tmp_path, ODE_GRID)
     calls: dict[str, int] = {}
-    real = sweeps._run_one
+    real = tasks._run_one
 
     def flaky(task, cfg):
         calls[task.name] = calls.get(task.name, 0) + 1
@@ -133,8 +133,8 @@ def test_failing_run_is_retried_once_then_recorded(tmp_path, monkeypatch):
             return RunOutcome(task.name, cfg.training.seed, "ValueError: always broken")
         return real(task, cfg)
 
-    monkeypatch.setattr(sweeps, "_run_one", flaky)
-    monkeypatch.setattr(sweeps, "ODE_GROUP", 1)  # one run per task, so that each goes through _run_one
+    monkeypatch.setattr(tasks, "_run_one", flaky)
+    monkeypatch.setattr(tasks, "ODE_GROUP", 1)  # one run per task, so that each goes through _run_one
     res = run_sweep(load_grid(grid_path), tmp_path / "out", ode_only=True, progress=False)
     assert calls["expr-z0_richness0.05"] == 2 and calls["expr-z1_richness0.5"] == 2
     assert [o.name for o in res.failed] == ["expr-z1_richness0.5"]
@@ -161,8 +161,8 @@ def test_scheduler_that_does_not_answer(monkeypatch, capsys):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert sweeps.SCHEDULER_TIMEOUT_S <= 12
-    monkeypatch.setattr(sweeps, "SCHEDULER_TIMEOUT_S", 2)
+    assert executors.SCHEDULER_TIMEOUT_S <= 12
+    monkeypatch.setattr(executors, "SCHEDULER_TIMEOUT_S", 2)
     t0 = time.time()
     with pytest.raises(SweepError, match=rf"the Dask scheduler at 'tcp://127.0.0.1:{port}' did not answer within 2 s"):
         make_executor("dask", 1, f"tcp://127.0.0.1:{port}")

@@ -19,6 +19,16 @@ from featureode.calculus.data import Spectrum
 from featureode.kernel.initlaw import STEP, BiasRule, QLaw, bias_rule, q_law
 from featureode.kernel.parametrization import Parametrization, get_parametrization
 
+
+class KernelError(ValueError):
+    """Kernel quantities that cannot be computed as asked (budget too large, inconsistent inputs)."""
+
+
+class KernelWarning(UserWarning):
+    """A kernel quantity that is valid but makes the feature ODE degenerate (e.g. a target mode with λ_β(0) = 0)."""
+
+
+
 __all__ = ["Network", "NetworkError"]
 
 

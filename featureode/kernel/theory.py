@@ -33,28 +33,53 @@ Layout: :func:`pair_terms` is the one per-neuron formula (each part of ``K_{αβ
 HEA (DESIGN §4): on the unit sphere, Mehler's formula gives ``Θ(ρ) = Σ_l Λ_l ρ^l / l!`` with
 ``Λ_l = (l+1) E_b[m_l(b, 1)²] + E_b[m_{l+1}(b, 1)²]``, and ``λ_β^HEA = Λ_{|β|} g^β``.
 Closure constants: ``c_l = E_k[a² m_l(b, |ŵ|)²]``, ``κ = γ² c_1 / Λ_1²``.
+
+Layout of the kernel package: :mod:`~featureode.kernel.perneuron` (the per-neuron formula, integrability),
+:mod:`~featureode.kernel.averagers` (quadrature and Monte Carlo averagers), :mod:`~featureode.kernel.hea` (HEA),
+:mod:`~featureode.kernel.basis` (extended basis); this module assembles them into :class:`KernelTheory` per config
+(names of those modules are re-exported here).
 """
 from __future__ import annotations
 
-import itertools
 import math
 import time
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-import sympy as sp
 
-from featureode.calculus.activations import B, S, Activation, ActivationError, get_activation
+from featureode.calculus.activations import Activation
 from featureode.calculus.data import Spectrum
 from featureode.calculus.hermite import Mode
-from featureode.kernel.initlaw import MAX_ORDER, STEP, BiasRule, Gamma, QGrid, bias_rule, gauss_rule, q_law
-from featureode.kernel.network import Network, checked_bias_std, checked_spectrum
+from featureode.kernel.averagers import (  # noqa: F401  (re-exported)
+    MeanTable,
+    MonteCarloAverager,
+    QuadratureAverager,
+    clear_caches,
+    quadrature,
+)
+from featureode.kernel.basis import extended_basis
+from featureode.kernel.hea import (
+    hea_eigenvalues,
+    level_coefficient_exprs,
+    level_coefficients,
+)
+from featureode.kernel.initlaw import MAX_ORDER, STEP
+from featureode.kernel.network import KernelError, KernelWarning, Network
 from featureode.kernel.parametrization import PARTS
+from featureode.kernel.perneuron import (  # noqa: F401  (re-exported)
+    Term,
+    _bias_of,
+    _estimate_cost_s,
+    _g_of,
+    _modes_of,
+    check_integrable,
+    closure_term,
+    pair_terms,
+    singular_power,
+)
 
 __all__ = [
     "KernelError", "KernelTheory", "Network", "Term", "pair_terms", "exact_eigenvalues", "gram_matrix",
@@ -63,19 +88,10 @@ __all__ = [
     "network_gram", "network_eigenvalues", "network_closure", "clear_caches", "STEP", "MAX_ORDER",
 ]
 
-#: Largest number of candidate modes :func:`extended_basis` enumerates.
-MAX_CANDIDATES = 200_000
-#: Measured cost (seconds) of one mode pair of a Gram matrix (≈ 2.5e-4 s on a fresh spectrum, one core; rounded
-#: up), used in the cost estimates of error messages.
-_PAIR_COST_S = 5e-4
 
 
-class KernelError(ValueError):
-    """Kernel quantities that cannot be computed as asked (budget too large, inconsistent inputs)."""
 
 
-class KernelWarning(UserWarning):
-    """A kernel quantity that is valid but makes the feature ODE degenerate (e.g. a target mode with λ_β(0) = 0)."""
 
 
 @dataclass(frozen=True)
@@ -121,282 +137,8 @@ class KernelTheory:
         raise ValueError(f"eigenvalues must be 'exact' or 'hea', got {which!r}")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# the per-neuron formula: K_{αβ} parts as sums of E[ŵ^{2γ} (P) m_j m_k]
-# ----------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Term:
-    """``coefficient · E_k[ŵ^{2γ} (P) m_j(b, |ŵ|) m_k(b, |ŵ|)]`` contributing to one part of ``K_{αβ}``."""
-
-    part: str
-    coefficient: float
-    gamma: Gamma
-    weighted: bool
-    j: int
-    k: int
 
 
-
-
-def pair_terms(a: Mode, b: Mode, g: np.ndarray, readout_variance: float = 1.0) -> list[Term]:
-    """The terms of ``K_{ab} = E[h_a Θ h_b]`` (module docstring), the ONE per-neuron formula that every averager
-    (quadrature, Monte Carlo) evaluates; ``[]`` when ``a ≢ b`` mod 2 in some coordinate (then ``K_{ab} = 0``).
-
-    ``readout = E[A_a A_b]``; ``bias = E[a²] E[H_a H_b]``; ``weights = E[a²] E[Σ_i G_{ai} G_{bi}]`` with the sum over
-    ``i`` done in closed form (``ŵ^{2γ} P`` term, the ``(β·g)``/``(α·g)`` terms and the shared-direction terms
-    ``g_i α_i β_i ŵ^{2γ − 2e_i}``)."""
-    da, db = a.as_dict(), b.as_dict()
-    dims = sorted(set(da) | set(db))
-    for i in dims:
-        if i >= g.size:
-            raise KernelError(f"mode {a if i in da else b} uses dimension z{i} but d = {g.size}")
-    if any((da.get(i, 0) + db.get(i, 0)) % 2 for i in dims):
-        return []
-    gamma: Gamma = tuple((i, (da.get(i, 0) + db.get(i, 0)) // 2) for i in dims)
-    p, q = a.degree, b.degree
-    norm = 1 / math.sqrt(a.factorial * b.factorial)
-    ea = norm * readout_variance
-    terms = [Term("readout", norm, gamma, False, p, q), Term("bias", ea, gamma, False, p + 1, q + 1),
-             Term("weights", ea, gamma, True, p + 2, q + 2)]
-    ag = sum(g[i] * n for i, n in da.items())
-    bg = sum(g[i] * n for i, n in db.items())
-    if bg:
-        terms.append(Term("weights", ea * bg, gamma, False, p + 2, q))
-    if ag:
-        terms.append(Term("weights", ea * ag, gamma, False, p, q + 2))
-    for i in sorted(set(da) & set(db)):
-        lower = tuple((j, n - (j == i)) for j, n in gamma if n - (j == i) > 0)
-        terms.append(Term("weights", ea * g[i] * da[i] * db[i], lower, False, p, q))
-    return terms
-
-
-def closure_term(level: int, readout_variance: float = 1.0) -> Term:
-    """``c_l = E_k[a_k² m_l(b_k, |ŵ_k|)²] = E[a²] E[m_l²]``."""
-    return Term("closure", readout_variance, (), False, level, level)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# integrability
-# ----------------------------------------------------------------------------------------------------------------
-def singular_power(act: Activation, bias_std: float, j: int, k: int) -> int:
-    """``e`` with ``E_b[m_j m_k](Q) = O(Q^{−e/2})`` as ``Q → 0`` (0 for smooth σ).
-
-    Beyond the classical order ``r`` of σ, ``m_k(b, s) ~ s^{−(k−r)}`` near ``b = 0``; averaging the product over
-    ``b`` (σ_b > 0) gains one power of ``s``.
-    """
-    r = act.classical_order
-    if r is None or (bias_std == 0 and any(act.vanishes_at_zero_bias(o) for o in (j, k))):
-        return 0
-    return max(0, max(0, j - r) + max(0, k - r) - (1 if bias_std > 0 else 0))
-
-
-def check_integrable(act: Activation, bias_std: float, dim: int, term: Term) -> int:
-    """Raise when ``E[ŵ^{2γ} (P) m_j m_k]`` does not exist (or exceeds :data:`MAX_ORDER`); else return the singular
-    power ``e`` (:func:`singular_power`). The measure has density ``~ Q^{d/2 + |γ| (+1) − 1}`` at 0."""
-    j, k = term.j, term.k
-    for order in (j, k):
-        if order > MAX_ORDER:
-            raise KernelError(
-                f"the kernel needs derivative means up to m_{order}, above the supported order {MAX_ORDER} "
-                f"(mode degree ≤ {MAX_ORDER - 2}); double precision no longer holds for such orders; use "
-                "lower-degree modes")
-    e = singular_power(act, bias_std, j, k)
-    shape = dim / 2 + sum(n for _, n in term.gamma) + (1 if term.weighted else 0)
-    if shape - e / 2 <= 0:
-        o, r = max(j, k), act.classical_order
-        raise ActivationError(
-            f"activation {act.name!r}: the kernel needs the derivative mean m_{o}(b, s) = E[σ^({o})(u)] at "
-            f"order {o}, beyond the classical order {r} of {act.name}; it grows like s^-{o - r} as the "
-            f"neuron scale s = |ŵ| → 0 and its average over the init law (d = {dim}, σ_b = {bias_std}) "
-            f"diverges, so this kernel entry does not exist; use a smoother activation or lower-degree modes")
-    return e
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# averagers: quadrature over (Q, b), Monte Carlo over neurons
-# ----------------------------------------------------------------------------------------------------------------
-def _finite_means(act: Activation, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """``m_k(b, s)`` with non-finite values (``s → 0`` corners of non-smooth σ) set to 0."""
-    with np.errstate(all="ignore"):
-        vals = act.mean_numpy(k)(b, s)
-    return np.where(np.isfinite(vals), vals, 0.0)
-
-
-class MeanTable:
-    """``F_{jk}(Q) = E_b[m_j(b, sqrt(Q)) m_k(b, sqrt(Q))]`` of one activation and bias rule on a :class:`QGrid`
-    (rows computed lazily, kept for every spectrum whose grid starts at the same ``y_0``)."""
-
-    def __init__(self, act: Activation, rule: BiasRule, y0: float, step: float):
-        self.act, self.rule = act, rule
-        n = int(math.ceil((math.log(1 + QGrid.TAIL + 4 * MAX_ORDER) - math.log(QGrid.Q_MIN)) / step)) + 2
-        self.grid = QGrid(y0, step, n)
-        Q = self.grid.Q
-        self.b, self.wb = rule.nodes(Q, rule.sinh_count(Q[:1]) if rule.bias_std > 0 and not rule.smooth else None)
-        self._m: dict[int, np.ndarray] = {}
-        self._F: dict[tuple[int, int], np.ndarray] = {}
-
-    def _rows_b(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.b.shape[0] > 1:
-            return self.b[rows], self.wb[rows]
-        return np.broadcast_to(self.b, (rows.size, self.b.shape[1])), self.wb
-
-    def m(self, k: int, rows: np.ndarray) -> np.ndarray:
-        """``m_k(b, sqrt(Q))`` on the ``(Q, b)`` nodes of rows ``rows``."""
-        cache = self._m.get(k)
-        if cache is None:
-            cache = self._m[k] = np.full((self.grid.n, self.b.shape[1]), np.nan)
-        todo = rows[np.isnan(cache[rows, 0])]
-        if todo.size:
-            b, _ = self._rows_b(todo)
-            cache[todo] = _finite_means(self.act, k, b, np.sqrt(self.grid.Q[todo])[:, None] * np.ones_like(b))
-        return cache[rows]
-
-    def F(self, j: int, k: int, rows: np.ndarray) -> np.ndarray:
-        """``F_{jk}`` at grid rows ``rows``."""
-        cache = self._F.get((j, k))
-        if cache is None:
-            cache = self._F[(j, k)] = np.full(self.grid.n, np.nan)
-        todo = rows[np.isnan(cache[rows])]
-        if todo.size:
-            _, wb = self._rows_b(todo)
-            with np.errstate(all="ignore"):
-                vals = np.sum(self.m(j, todo) * self.m(k, todo) * wb, axis=1)
-            cache[todo] = np.where(np.isfinite(vals), vals, 0.0)
-        return cache[rows]
-
-    def F_at(self, j: int, k: int, Q: np.ndarray) -> np.ndarray:
-        """``F_{jk}`` at arbitrary points ``Q`` (nodes of a Gauss rule)."""
-        b, wb = self.rule.nodes(Q)
-        b = np.broadcast_to(b, (Q.size, b.shape[1]))
-        s = np.sqrt(Q)[:, None] * np.ones_like(b)
-        with np.errstate(all="ignore"):
-            mj = _finite_means(self.act, j, b, s)
-            mk = mj if k == j else _finite_means(self.act, k, b, s)
-            vals = np.sum(mj * mk * wb, axis=1)
-        return np.where(np.isfinite(vals), vals, 0.0)
-
-
-@lru_cache(maxsize=8)   # a table holds m_k on up to ~600 × 630 nodes per order k
-def _mean_table(act: Activation, rule: BiasRule, y0: float, step: float) -> MeanTable:
-    return MeanTable(act, rule, y0, step)
-
-
-class QuadratureAverager:
-    """Deterministic ``E[ŵ^{2γ} (P) m_j m_k] = mass · Σ_Q w(Q) F_{jk}(Q)`` over the init law of a :class:`Network`:
-    the measure from the network's :class:`~featureode.kernel.initlaw.QLaw`, ``F`` from the shared :class:`MeanTable`.
-
-    On the grid, points where the weight times the bound ``Q^{−e/2}`` on ``F`` is below ``1e-20`` of its maximum
-    are skipped (they cannot contribute in double precision)."""
-
-    def __init__(self, net: Network):
-        self.net = net
-        self.law = net.q_law
-        self.table = _mean_table(net.activation, net.bias_rule, self.law.grid.y0, net.step)
-        self._integrals: dict[tuple[Gamma, bool, int, int], float] = {}
-
-    def integral(self, gamma: Gamma, weighted: bool, j: int, k: int) -> float:
-        """``E_{b,ŵ}[ŵ^{2γ} (P) m_j(b, |ŵ|) m_k(b, |ŵ|)]`` (``P = Σ_i g_i ŵ_i²`` when ``weighted``)."""
-        j, k = min(j, k), max(j, k)
-        key = (gamma, weighted, j, k)
-        val = self._integrals.get(key)
-        if val is None:
-            e = check_integrable(self.net.activation, self.net.bias_std, self.net.dim,
-                                 Term("", 1.0, gamma, weighted, j, k))
-            ms = self.law.measure(gamma, weighted, e)
-            if ms.rows is not None:
-                w = ms.w
-                bound = np.abs(w) * ms.Q ** (-e / 2) if e else np.abs(w)
-                keep = bound > 1e-20 * bound.max()
-                val = ms.mass * float(np.sum(w[keep] * self.table.F(j, k, ms.rows[keep])))
-            else:
-                val = ms.mass * float(np.sum(ms.w * self.table.F_at(j, k, ms.Q)))
-            self._integrals[key] = val
-        return val
-
-    def value(self, terms: Sequence[Term]) -> dict[str, float]:
-        """``Σ coefficient · integral`` per part (the most singular integrands first, so that each measure is
-        discretised once, on the most rows any of them needs)."""
-        for t in sorted(terms, key=lambda t: -(t.j + t.k)):
-            self.integral(t.gamma, t.weighted, t.j, t.k)
-        out: dict[str, float] = {}
-        for t in terms:
-            out[t.part] = out.get(t.part, 0.0) + t.coefficient * self.integral(t.gamma, t.weighted, t.j, t.k)
-        return out
-
-
-class MonteCarloAverager:
-    """Monte Carlo over ``n_neurons`` init neurons ``(ŵ, b)`` of the same terms (mean and standard error of the
-    mean of each sum of terms, per neuron; ``E[a²]`` enters through the terms' coefficients, exactly)."""
-
-    def __init__(self, net: Network, n_neurons: int, seed: int, chunk: int = 50_000):
-        self.net, self.n, self.seed, self.chunk = net, int(n_neurons), int(seed), int(chunk)
-
-    def values(self, groups: Sequence[Sequence[Term]]) -> tuple[np.ndarray, np.ndarray]:
-        """For each group of terms: the Monte Carlo mean of ``Σ coefficient · ŵ^{2γ} (P) m_j m_k`` and its standard
-        error."""
-        g, act = self.net.g, self.net.activation
-        rng = np.random.default_rng(self.seed)
-        sums, sq = np.zeros(len(groups)), np.zeros(len(groups))
-        orders = sorted({o for grp in groups for t in grp for o in (t.j, t.k)})
-        done = 0
-        while done < self.n:
-            n = min(self.chunk, self.n - done)
-            w = rng.standard_normal((n, g.size)) * np.sqrt(g)
-            b = rng.standard_normal(n) * self.net.bias_std
-            s = np.sqrt(np.sum(w * w, axis=1))
-            pw = np.sum(g * w * w, axis=1)
-            mk = {o: act.mean_numpy(o)(b, s) for o in orders}
-            for idx, grp in enumerate(groups):
-                val = np.zeros(n)
-                for t in grp:
-                    mono = np.ones(n)
-                    for i, e in t.gamma:
-                        mono = mono * w[:, i] ** (2 * e)
-                    if t.weighted:
-                        mono = mono * pw
-                    val = val + t.coefficient * mono * mk[t.j] * mk[t.k]
-                sums[idx] += val.sum()
-                sq[idx] += (val**2).sum()
-            done += n
-        mean = sums / self.n
-        var = np.maximum(sq / self.n - mean**2, 0) / max(self.n - 1, 1)
-        return mean, np.sqrt(var)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# shared state: one averager per network
-# ----------------------------------------------------------------------------------------------------------------
-_AVERAGERS: "OrderedDict[tuple, QuadratureAverager]" = OrderedDict()
-_AVERAGERS_MAX = 16
-
-
-def quadrature(net: Network) -> QuadratureAverager:
-    """The (shared, bounded-cache) quadrature averager of a network: networks with equal :meth:`Network.key`
-    share their integrals."""
-    key = net.key()
-    avg = _AVERAGERS.get(key)
-    if avg is None:
-        avg = _AVERAGERS[key] = QuadratureAverager(net)
-        while len(_AVERAGERS) > _AVERAGERS_MAX:
-            _AVERAGERS.popitem(last=False)
-    else:
-        _AVERAGERS.move_to_end(key)
-    return avg
-
-
-def clear_caches() -> None:
-    """Forget every shared quadrature state (laws of ``|ŵ|²``, bias rules, mean tables, integrals)."""
-    _AVERAGERS.clear()
-    for f in (_mean_table, q_law, bias_rule, gauss_rule, _level_coefficients):
-        f.cache_clear()
-
-
-def _g_of(spectrum: "Spectrum | Sequence[float] | np.ndarray") -> tuple[float, ...]:
-    return checked_spectrum(spectrum, KernelError)
-
-
-def _bias_of(bias_std: float) -> float:
-    return checked_bias_std(bias_std, KernelError)
 
 
 def _network(spectrum: "Spectrum | Sequence[float]", activation: "str | Activation", bias_std: float,
@@ -404,16 +146,8 @@ def _network(spectrum: "Spectrum | Sequence[float]", activation: "str | Activati
     return Network.build(activation, _g_of(spectrum), _bias_of(bias_std), step=step)
 
 
-def _modes_of(modes: Iterable["Mode | str"], d: int) -> list[Mode]:
-    out = [m if isinstance(m, Mode) else Mode.parse(m) for m in modes]
-    for m in out:
-        m.check_dim(d)
-    return out
 
 
-def _estimate_cost_s(n_modes: int) -> float:
-    """Rough cost of a Gram matrix on ``n_modes`` modes (every pair treated as coupled: an upper estimate)."""
-    return n_modes * (n_modes + 1) // 2 * _PAIR_COST_S
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -502,99 +236,6 @@ def closure_constants(activation: "str | Activation", spectrum: "Spectrum | Sequ
     return network_closure(_network(spectrum, activation, bias_std, step), max_level)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# HEA level coefficients
-# ----------------------------------------------------------------------------------------------------------------
-@lru_cache(maxsize=64)
-def _level_coefficients(act: Activation, bias_std: float, max_level: int, n_b: int) -> np.ndarray:
-    b, w = BiasRule(bias_std, True, n_b=n_b).nodes(np.ones(1))   # Gauss–Hermite in b (the point 0 for σ_b = 0)
-    xb, wb = b[0], w[0]
-    sq = [float(wb @ act.mean_numpy(k)(xb, np.ones_like(xb)) ** 2) for k in range(max_level + 2)]
-    out = np.array([(l + 1) * sq[l] + sq[l + 1] for l in range(max_level + 1)])
-    out.setflags(write=False)
-    return out
-
-
-def level_coefficients(activation: "str | Activation", bias_std: float, max_level: int,
-                       n_b: int = 96) -> np.ndarray:
-    """``Λ_l = (l+1) E_b[m_l(b, 1)²] + E_b[m_{l+1}(b, 1)²]``, ``l = 0 … max_level`` (``b ~ N(0, σ_b²)``).
-
-    ``Λ_l = l! [ρ^l] Θ(ρ)`` for Θ on the unit sphere as a dot-product kernel in ``ρ = x·x'`` (Mehler's formula;
-    see ``derivations/kernel_derivation.py``). Gauss–Hermite in ``b``; exact forms: :func:`level_coefficient_exprs`.
-    """
-    return _level_coefficients(get_activation(activation), _bias_of(bias_std), int(max_level), int(n_b)).copy()
-
-
-def _gaussian_mean_exact(expr: sp.Expr, sigma: sp.Expr) -> sp.Expr | None:
-    """Exact ``E[expr(b)]``, ``b ~ N(0, σ²)``, for sums of ``c b^n exp(−a b² + c0)`` and ``c erf(k b)^e`` (e ≤ 2).
-
-    ``E[b^n e^{−a b²}] = (τ/σ) (n−1)!! τ^n`` (n even) with ``τ² = 1/(1/σ² + 2a)``;
-    ``E[erf(k b)²] = (2/π) arcsin(2k²σ²/(1 + 2k²σ²))`` (an orthant probability). ``None`` for other terms.
-    """
-    if sigma == 0:
-        return sp.simplify(expr.subs(B, 0))
-    total = sp.Integer(0)
-    for term in sp.Add.make_args(sp.expand(sp.powsimp(sp.expand(expr), combine="exp"))):
-        coeff, power, exparg, erfs = sp.Integer(1), 0, sp.Integer(0), []
-        for f in sp.Mul.make_args(term):
-            base, e = f.as_base_exp()
-            if not f.has(B):
-                coeff *= f
-            elif base == B and e.is_Integer:
-                power += int(e)
-            elif isinstance(f, sp.exp):
-                exparg += f.args[0]
-            elif isinstance(base, sp.erf) and e.is_Integer:
-                erfs.append((base.args[0], int(e)))
-            else:
-                return None
-        if erfs:
-            if power or exparg != 0 or len(erfs) != 1:
-                return None
-            arg, e = erfs[0]
-            k = sp.simplify(arg / B)
-            if k.has(B) or e > 2:
-                return None
-            if e == 2:
-                r = 2 * k**2 * sigma**2
-                total += coeff * 2 / sp.pi * sp.asin(r / (1 + r))
-            continue
-        poly = sp.Poly(sp.expand(exparg), B)
-        if poly.degree() > 2 or poly.coeff_monomial(B) != 0:
-            return None
-        a, c0 = -poly.coeff_monomial(B**2), poly.coeff_monomial(1)
-        if power % 2:
-            continue
-        tau = 1 / sp.sqrt(1 / sigma**2 + 2 * a)
-        total += coeff * sp.exp(c0) * tau / sigma * sp.factorial2(power - 1) * tau**power
-    return sp.simplify(total)
-
-
-def level_coefficient_exprs(activation: "str | Activation", bias_std: "float | sp.Expr",
-                            max_level: int) -> list[sp.Expr | None]:
-    """Exact ``Λ_l = (l+1) E_b[m_l(b,1)²] + E_b[m_{l+1}(b,1)²]`` as SymPy expressions (``None`` where no closed
-    form is found). ``bias_std`` may be a number (made rational) or a SymPy symbol."""
-    act = get_activation(activation)
-    sigma = sp.nsimplify(bias_std) if isinstance(bias_std, (int, float)) else sp.sympify(bias_std)
-    sq: list[sp.Expr | None] = []
-    for k in range(int(max_level) + 2):
-        m = act.mean_expr(k)
-        sq.append(None if m is None else _gaussian_mean_exact(m.subs(S, 1) ** 2, sigma))
-    return [None if sq[l] is None or sq[l + 1] is None else sp.simplify((l + 1) * sq[l] + sq[l + 1])
-            for l in range(int(max_level) + 1)]
-
-
-def hea_eigenvalues(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequence[float]",
-                    Lambda: Sequence[float]) -> np.ndarray:
-    """HEA eigenvalues ``λ_β^HEA = Λ_{|β|} g^β`` (``Lambda = [Λ_0, Λ_1, …]``)."""
-    g = np.asarray(_g_of(spectrum))
-    ms = _modes_of(modes, g.size)
-    top = max((m.degree for m in ms), default=0)
-    if top >= len(Lambda):
-        raise KernelError(f"HEA needs Λ_{top} but only Λ_0 … Λ_{len(Lambda) - 1} were given")
-    return np.array([Lambda[m.degree] * float(m.g_power(g)) for m in ms])
-
-
 def compare_exact_hea(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequence[float]",
                       activation: "str | Activation", bias_std: float) -> list[dict[str, Any]]:
     """Per mode: exact ``λ_β(0)``, HEA ``Λ_{|β|} g^β`` and their ratio HEA/exact (where HEA breaks, it shows;
@@ -611,73 +252,6 @@ def compare_exact_hea(modes: Iterable["Mode | str"], spectrum: "Spectrum | Seque
 def _ratio(num: float, den: float) -> float | None:
     """``num/den``, ``None`` for ``den = 0`` (JSON has no NaN)."""
     return float(num / den) if den != 0 else None
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# extended basis
-# ----------------------------------------------------------------------------------------------------------------
-def _support_patterns(beta: Mode, budget: int) -> list[tuple[dict[int, int], int]]:
-    """Orders on ``supp β`` with the same parity (``γ_i ≡ β_i`` mod 2), ``|γ_supp| ≤ budget``; with degree used."""
-    choices = [[(i, v) for v in range(n % 2, budget + 1, 2)] for i, n in beta.items]
-    out = []
-    for combo in itertools.product(*choices):
-        used = sum(v for _, v in combo)
-        if used <= budget:
-            out.append(({i: v for i, v in combo if v}, used))
-    return out
-
-
-def _count_candidates(beta: Mode, dim: int, degree: int) -> int:
-    budget = beta.degree + degree
-    free = dim - len(beta.items)
-    return sum(math.comb(free + (budget - used) // 2, (budget - used) // 2)
-               for _, used in _support_patterns(beta, budget))
-
-
-def extended_basis(target_modes: Iterable["Mode | str"], dim: int, degree: int, max_modes: int,
-                   g: "Sequence[float] | None" = None) -> list[Mode]:
-    """The target's modes followed by the modes the init kernel couples to them, best first, ``max_modes`` in all.
-
-    ``K_{γβ} ≠ 0`` only if ``γ ≡ β`` mod 2 in every coordinate (module docstring). Candidates: such ``γ`` for some
-    target ``β`` with ``|γ| ≤ |β| + degree`` (lower-degree ones included, e.g. the constant for ``h2(z0)``). They
-    are ranked by the coupling proxy ``max_β Π_i g_i^{|γ_i − β_i|/2}`` (lazy flow: a coupled mode picks up a
-    coefficient ``~ K_{γβ}/max(λ_γ, λ_β) ~ g^{|γ−β|/2}``; without ``g`` a flat spectrum is assumed, lower dimension
-    first), ties broken by degree and mode order. Raises :class:`KernelError` when the budget gives too many
-    candidates.
-    """
-    targets = _modes_of(target_modes, dim)
-    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 0:
-        raise KernelError(f"extended degree must be an integer ≥ 0, got {degree!r}")
-    if isinstance(max_modes, bool) or not isinstance(max_modes, int) or max_modes < len(targets):
-        raise KernelError(f"max_modes must be an integer ≥ the number of target modes ({len(targets)}), "
-                          f"got {max_modes!r}")
-    gv = np.ones(dim) if g is None else np.asarray(g, dtype=float)
-    if gv.size != dim:
-        raise KernelError(f"g has {gv.size} entries but dim = {dim}")
-    count = sum(_count_candidates(t, dim, degree) for t in targets)
-    if count > MAX_CANDIDATES:
-        raise KernelError(
-            f"extended basis: degree budget {degree} at d = {dim} gives ~{count} candidate modes (limit "
-            f"{MAX_CANDIDATES}; estimated {count * 2e-5:.0f} s to enumerate and rank, and a Gram matrix on "
-            f"{max_modes} of them ~{_estimate_cost_s(max_modes):.0f} s); lower ode.extended_degree")
-    scores: dict[Mode, float] = {}
-    for beta in targets:
-        budget = beta.degree + degree
-        db = beta.as_dict()
-        free = [i for i in range(dim) if i not in db]
-        for pattern, used in _support_patterns(beta, budget):
-            for n_pairs in range((budget - used) // 2 + 1):
-                for extra in itertools.combinations_with_replacement(free, n_pairs):
-                    index = dict(pattern)
-                    for i in extra:
-                        index[i] = index.get(i, 0) + 2
-                    gamma = Mode.from_dict(index)
-                    score = math.prod(gv[i] ** (abs(gamma.order(i) - db.get(i, 0)) / 2)
-                                      for i in set(index) | set(db))
-                    scores[gamma] = max(scores.get(gamma, 0.0), score)
-    target_set = set(targets)
-    extra = sorted((m for m in scores if m not in target_set), key=lambda m: (-scores[m], m.sort_key()))
-    return list(targets) + extra[: max_modes - len(targets)]
 
 
 # ----------------------------------------------------------------------------------------------------------------

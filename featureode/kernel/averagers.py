@@ -1,0 +1,208 @@
+"""Averagers of the per-neuron formula: deterministic quadrature over the law of ``Q = |ŵ|²`` and the bias
+(:class:`QuadratureAverager`, with its table of bias means :class:`MeanTable`), Monte Carlo over sampled neurons
+(:class:`MonteCarloAverager`), and the per-network cache of quadrature state."""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from featureode.calculus.activations import Activation
+from featureode.kernel.hea import _level_coefficients
+from featureode.kernel.initlaw import (
+    MAX_ORDER,
+    BiasRule,
+    Gamma,
+    QGrid,
+    bias_rule,
+    gauss_rule,
+    q_law,
+)
+from featureode.kernel.network import Network
+from featureode.kernel.perneuron import Term, check_integrable
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# averagers: quadrature over (Q, b), Monte Carlo over neurons
+# ----------------------------------------------------------------------------------------------------------------
+def _finite_means(act: Activation, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``m_k(b, s)`` with non-finite values (``s → 0`` corners of non-smooth σ) set to 0."""
+    with np.errstate(all="ignore"):
+        vals = act.mean_numpy(k)(b, s)
+    return np.where(np.isfinite(vals), vals, 0.0)
+
+
+class MeanTable:
+    """``F_{jk}(Q) = E_b[m_j(b, sqrt(Q)) m_k(b, sqrt(Q))]`` of one activation and bias rule on a :class:`QGrid`
+    (rows computed lazily, kept for every spectrum whose grid starts at the same ``y_0``)."""
+
+    def __init__(self, act: Activation, rule: BiasRule, y0: float, step: float):
+        self.act, self.rule = act, rule
+        n = int(math.ceil((math.log(1 + QGrid.TAIL + 4 * MAX_ORDER) - math.log(QGrid.Q_MIN)) / step)) + 2
+        self.grid = QGrid(y0, step, n)
+        Q = self.grid.Q
+        self.b, self.wb = rule.nodes(Q, rule.sinh_count(Q[:1]) if rule.bias_std > 0 and not rule.smooth else None)
+        self._m: dict[int, np.ndarray] = {}
+        self._F: dict[tuple[int, int], np.ndarray] = {}
+
+    def _rows_b(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.b.shape[0] > 1:
+            return self.b[rows], self.wb[rows]
+        return np.broadcast_to(self.b, (rows.size, self.b.shape[1])), self.wb
+
+    def m(self, k: int, rows: np.ndarray) -> np.ndarray:
+        """``m_k(b, sqrt(Q))`` on the ``(Q, b)`` nodes of rows ``rows``."""
+        cache = self._m.get(k)
+        if cache is None:
+            cache = self._m[k] = np.full((self.grid.n, self.b.shape[1]), np.nan)
+        todo = rows[np.isnan(cache[rows, 0])]
+        if todo.size:
+            b, _ = self._rows_b(todo)
+            cache[todo] = _finite_means(self.act, k, b, np.sqrt(self.grid.Q[todo])[:, None] * np.ones_like(b))
+        return cache[rows]
+
+    def F(self, j: int, k: int, rows: np.ndarray) -> np.ndarray:
+        """``F_{jk}`` at grid rows ``rows``."""
+        cache = self._F.get((j, k))
+        if cache is None:
+            cache = self._F[(j, k)] = np.full(self.grid.n, np.nan)
+        todo = rows[np.isnan(cache[rows])]
+        if todo.size:
+            _, wb = self._rows_b(todo)
+            with np.errstate(all="ignore"):
+                vals = np.sum(self.m(j, todo) * self.m(k, todo) * wb, axis=1)
+            cache[todo] = np.where(np.isfinite(vals), vals, 0.0)
+        return cache[rows]
+
+    def F_at(self, j: int, k: int, Q: np.ndarray) -> np.ndarray:
+        """``F_{jk}`` at arbitrary points ``Q`` (nodes of a Gauss rule)."""
+        b, wb = self.rule.nodes(Q)
+        b = np.broadcast_to(b, (Q.size, b.shape[1]))
+        s = np.sqrt(Q)[:, None] * np.ones_like(b)
+        with np.errstate(all="ignore"):
+            mj = _finite_means(self.act, j, b, s)
+            mk = mj if k == j else _finite_means(self.act, k, b, s)
+            vals = np.sum(mj * mk * wb, axis=1)
+        return np.where(np.isfinite(vals), vals, 0.0)
+
+
+@lru_cache(maxsize=8)   # a table holds m_k on up to ~600 × 630 nodes per order k
+def _mean_table(act: Activation, rule: BiasRule, y0: float, step: float) -> MeanTable:
+    return MeanTable(act, rule, y0, step)
+
+
+class QuadratureAverager:
+    """Deterministic ``E[ŵ^{2γ} (P) m_j m_k] = mass · Σ_Q w(Q) F_{jk}(Q)`` over the init law of a :class:`Network`:
+    the measure from the network's :class:`~featureode.kernel.initlaw.QLaw`, ``F`` from the shared :class:`MeanTable`.
+
+    On the grid, points where the weight times the bound ``Q^{−e/2}`` on ``F`` is below ``1e-20`` of its maximum
+    are skipped (they cannot contribute in double precision)."""
+
+    def __init__(self, net: Network):
+        self.net = net
+        self.law = net.q_law
+        self.table = _mean_table(net.activation, net.bias_rule, self.law.grid.y0, net.step)
+        self._integrals: dict[tuple[Gamma, bool, int, int], float] = {}
+
+    def integral(self, gamma: Gamma, weighted: bool, j: int, k: int) -> float:
+        """``E_{b,ŵ}[ŵ^{2γ} (P) m_j(b, |ŵ|) m_k(b, |ŵ|)]`` (``P = Σ_i g_i ŵ_i²`` when ``weighted``)."""
+        j, k = min(j, k), max(j, k)
+        key = (gamma, weighted, j, k)
+        val = self._integrals.get(key)
+        if val is None:
+            e = check_integrable(self.net.activation, self.net.bias_std, self.net.dim,
+                                 Term("", 1.0, gamma, weighted, j, k))
+            ms = self.law.measure(gamma, weighted, e)
+            if ms.rows is not None:
+                w = ms.w
+                bound = np.abs(w) * ms.Q ** (-e / 2) if e else np.abs(w)
+                keep = bound > 1e-20 * bound.max()
+                val = ms.mass * float(np.sum(w[keep] * self.table.F(j, k, ms.rows[keep])))
+            else:
+                val = ms.mass * float(np.sum(ms.w * self.table.F_at(j, k, ms.Q)))
+            self._integrals[key] = val
+        return val
+
+    def value(self, terms: Sequence[Term]) -> dict[str, float]:
+        """``Σ coefficient · integral`` per part (the most singular integrands first, so that each measure is
+        discretised once, on the most rows any of them needs)."""
+        for t in sorted(terms, key=lambda t: -(t.j + t.k)):
+            self.integral(t.gamma, t.weighted, t.j, t.k)
+        out: dict[str, float] = {}
+        for t in terms:
+            out[t.part] = out.get(t.part, 0.0) + t.coefficient * self.integral(t.gamma, t.weighted, t.j, t.k)
+        return out
+
+
+class MonteCarloAverager:
+    """Monte Carlo over ``n_neurons`` init neurons ``(ŵ, b)`` of the same terms (mean and standard error of the
+    mean of each sum of terms, per neuron; ``E[a²]`` enters through the terms' coefficients, exactly)."""
+
+    def __init__(self, net: Network, n_neurons: int, seed: int, chunk: int = 50_000):
+        self.net, self.n, self.seed, self.chunk = net, int(n_neurons), int(seed), int(chunk)
+
+    def values(self, groups: Sequence[Sequence[Term]]) -> tuple[np.ndarray, np.ndarray]:
+        """For each group of terms: the Monte Carlo mean of ``Σ coefficient · ŵ^{2γ} (P) m_j m_k`` and its standard
+        error."""
+        g, act = self.net.g, self.net.activation
+        rng = np.random.default_rng(self.seed)
+        sums, sq = np.zeros(len(groups)), np.zeros(len(groups))
+        orders = sorted({o for grp in groups for t in grp for o in (t.j, t.k)})
+        done = 0
+        while done < self.n:
+            n = min(self.chunk, self.n - done)
+            w = rng.standard_normal((n, g.size)) * np.sqrt(g)
+            b = rng.standard_normal(n) * self.net.bias_std
+            s = np.sqrt(np.sum(w * w, axis=1))
+            pw = np.sum(g * w * w, axis=1)
+            mk = {o: act.mean_numpy(o)(b, s) for o in orders}
+            for idx, grp in enumerate(groups):
+                val = np.zeros(n)
+                for t in grp:
+                    mono = np.ones(n)
+                    for i, e in t.gamma:
+                        mono = mono * w[:, i] ** (2 * e)
+                    if t.weighted:
+                        mono = mono * pw
+                    val = val + t.coefficient * mono * mk[t.j] * mk[t.k]
+                sums[idx] += val.sum()
+                sq[idx] += (val**2).sum()
+            done += n
+        mean = sums / self.n
+        var = np.maximum(sq / self.n - mean**2, 0) / max(self.n - 1, 1)
+        return mean, np.sqrt(var)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# shared state: one averager per network
+# ----------------------------------------------------------------------------------------------------------------
+_AVERAGERS: "OrderedDict[tuple, QuadratureAverager]" = OrderedDict()
+_AVERAGERS_MAX = 16
+
+
+def quadrature(net: Network) -> QuadratureAverager:
+    """The (shared, bounded-cache) quadrature averager of a network: networks with equal :meth:`Network.key`
+    share their integrals."""
+    key = net.key()
+    avg = _AVERAGERS.get(key)
+    if avg is None:
+        avg = _AVERAGERS[key] = QuadratureAverager(net)
+        while len(_AVERAGERS) > _AVERAGERS_MAX:
+            _AVERAGERS.popitem(last=False)
+    else:
+        _AVERAGERS.move_to_end(key)
+    return avg
+
+
+def clear_caches() -> None:
+    """Forget every shared quadrature state (laws of ``|ŵ|²``, bias rules, mean tables, integrals)."""
+    _AVERAGERS.clear()
+    for f in (_mean_table, q_law, bias_rule, gauss_rule, _level_coefficients):
+        f.cache_clear()
+
+
+
+

@@ -1,0 +1,273 @@
+"""Sweep runs: one (point, seed) as a picklable :class:`RunTask`, its :class:`RunOutcome`, stored outcomes and stamps,
+and :func:`execute` (what a worker runs: grouped ODE-only solves, batched trainings)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from featureode.config import MLP_SECTIONS, Config, resolved_device
+from featureode.results.trajectory import TrajectoryFileError, read_json, write_json
+from featureode.workflow.grid import AUTO, probe_config
+from featureode.workflow.horizon import auto_t_max
+from featureode.workflow.runs import read_stamp
+
+#: The most networks trained together in one batch on a GPU.
+MAX_BATCH = 64
+#: The most ODE-only runs solved together in one task.
+ODE_GROUP = 32
+class SweepError(RuntimeError):
+    """A sweep that cannot run (output folder, scheduler, size); the message names the fix."""
+
+
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# runs
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunTask:
+    """One (point, seed) to run: what a worker needs, and nothing that does not pickle."""
+
+    name: str
+    raw: dict[str, dict[str, Any]]   # the config; training.t_max may be "auto"
+    run_dir: str
+    ode_only: bool
+    t_max_factor: float
+    t_max_cap: float
+
+    @property
+    def point_digest(self) -> str:
+        """Digest of the unresolved config and the horizon rule: equal digests give equal resolved configs."""
+        blob = json.dumps([self.raw, self.t_max_factor, None if math.isinf(self.t_max_cap) else self.t_max_cap],
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def config(self) -> Config:
+        """The resolved config (``t_max = "auto"`` replaced by :func:`auto_t_max`)."""
+        cfg = probe_config(self.raw, f"sweep:{self.name}")
+        if self.raw.get("training", {}).get("t_max") == AUTO:
+            cfg = cfg.replace(training={"t_max": auto_t_max(cfg, self.t_max_factor, self.t_max_cap)})
+        return cfg
+
+
+@dataclass
+class RunOutcome:
+    """What one run produced: ``status`` ``"ok"`` or the error; per variant its metrics (report.json keys)."""
+
+    name: str
+    seed: int
+    status: str = "ok"
+    t_max: float | None = None
+    mlp: dict[str, float | None] | None = None
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reused: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Did the run finish?"""
+        return self.status == "ok"
+
+
+_VARIANT_KEYS = ("t50", "t10", "t50_ratio", "t10_ratio", "log_rms", "t50_ratio_range", "t10_ratio_range", "error")
+
+
+def _outcome_from_files(task: RunTask, stamp: dict[str, Any]) -> RunOutcome | None:
+    """The outcome stored in a run folder stamped ``stamp``, or ``None`` when its result file is missing or damaged
+    (a full result also serves an ODE-only sweep)."""
+    folder, seed = Path(task.run_dir), int(stamp["config"]["training"]["seed"])
+    t_max = float(stamp["config"]["training"]["t_max"])
+    try:
+        rep = read_json(folder / "report.json")
+        if rep.get("digest", stamp["digest"]) == stamp["digest"]:
+            return RunOutcome(task.name, seed, "ok", t_max, {k: rep["mlp"].get(k) for k in ("t50", "t10")},
+                              {n: {k: v[k] for k in _VARIANT_KEYS if k in v} for n, v in rep["variants"].items()},
+                              reused=True)
+    except (TrajectoryFileError, KeyError, TypeError, AttributeError):
+        pass
+    if not task.ode_only:
+        return None
+    try:
+        ode = read_json(folder / "ode.json")
+        return RunOutcome(task.name, seed, "ok", t_max, None,
+                          {n: {k: v[k] for k in ("t50", "t10", "error") if k in v} for n, v in ode["variants"].items()},
+                          reused=True)
+    except (TrajectoryFileError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _read_stamp(folder: Path) -> dict[str, Any] | None:
+    """The run folder's stamp (:func:`featureode.workflow.runs.read_stamp`) when it is a sweep's: with digest and config."""
+    stamp = read_stamp(folder)
+    return stamp if stamp is not None and "digest" in stamp and "config" in stamp else None
+
+
+def stored_outcome(task: RunTask) -> RunOutcome | None:
+    """A finished run of ``task`` found without computing anything (its folder is stamped with the same unresolved
+    point), else ``None``."""
+    stamp = _read_stamp(Path(task.run_dir))
+    if stamp is None or stamp.get("point") != task.point_digest:
+        return None
+    return _outcome_from_files(task, stamp)
+
+
+def _stamp(task: RunTask, cfg: Config) -> RunOutcome | None:
+    """Reuse a finished run of ``cfg`` in ``task.run_dir``, or stamp the folder for ``cfg`` (a folder stamped for
+    another config loses its stale ``report.json``/``ode.json``; ``compare`` reuses its MLP run if it matches)."""
+    folder = Path(task.run_dir)
+    old = _read_stamp(folder)
+    if old is not None and old["digest"] == cfg.digest():
+        found = _outcome_from_files(task, old)
+        if found is not None:
+            if old.get("point") != task.point_digest:
+                write_json(folder / "config.json", {**old, "point": task.point_digest})
+            return found
+    elif old is not None:
+        for stale in ("report.json", "ode.json"):
+            (folder / stale).unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "config.json", {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
+                                        "point": task.point_digest})
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def execute(group: Sequence[RunTask]) -> list[RunOutcome]:
+    """Run a group of runs in this process (a worker's task); one outcome each, failures caught and recorded.
+
+    A group of several runs has networks of the same shapes (:func:`batch_groups`): they are trained together by
+    :func:`featureode.sim.mlp.simulate_batch` first, then each is compared (reusing its ``mlp.json``)."""
+    outcomes: dict[int, RunOutcome] = {}
+    todo: list[tuple[int, RunTask, Config]] = []
+    for i, task in enumerate(group):
+        seed = int(task.raw["training"]["seed"])
+        try:
+            cfg = task.config()
+            found = _stamp(task, cfg)
+        except Exception as exc:  # noqa: BLE001 — recorded as the run's status
+            outcomes[i] = RunOutcome(task.name, seed, _one_line(exc))
+            continue
+        if found is not None:
+            outcomes[i] = found
+        else:
+            todo.append((i, task, cfg))
+    if len(todo) > 1 and all(t.ode_only for _, t, _ in todo):
+        outcomes.update(_solve_many(todo))
+        todo = []
+    train = [(t, c) for _, t, c in todo if not t.ode_only and not _trained(Path(t.run_dir), c)]
+    if len(train) > 1:
+        from featureode.sim.mlp import simulate_batch
+
+        try:
+            simulate_batch([c for _, c in train], run_dirs=[t.run_dir for t, _ in train], progress=False)
+        except Exception:  # noqa: BLE001 — each run then trains alone in compare_config and reports its own error
+            pass
+    for i, task, cfg in todo:
+        outcomes[i] = _run_one(task, cfg)
+    return [outcomes[i] for i in range(len(group))]
+
+
+def _solve_many(todo: Sequence[tuple[int, RunTask, Config]]) -> dict[int, RunOutcome]:
+    """ODE-only runs solved together: :func:`featureode.kernel.theory.kernel_theory_batch` (each spectrum, target and
+    network built once) and :func:`featureode.ode.solve.solve_batch` (each variant's system compiled once, every solve in
+    machine code). If the batch cannot be built (e.g. one config's kernel fails), each run is computed on its own so
+    that its error stays its own."""
+    from featureode.kernel.theory import kernel_theory_batch
+    from featureode.ode.solve import solve_batch
+
+    try:
+        theories: dict[int, Any] = {}
+        for basis in ("target", "extended"):
+            part = [(i, c) for i, _, c in todo if c.ode.basis == basis]
+            if part:
+                built = kernel_theory_batch([c for _, c in part], with_gram=basis == "extended")
+                theories.update({i: th for (i, _), th in zip(part, built)})
+        solve_batch([c for _, _, c in todo], [theories[i] for i, _, _ in todo], [t.run_dir for _, t, _ in todo])
+    except Exception:  # noqa: BLE001 — each run then reports its own error
+        return {i: _run_one(task, cfg) for i, task, cfg in todo}
+    out = {}
+    for i, task, cfg in todo:
+        found = _outcome_from_files(task, read_json(Path(task.run_dir) / "config.json"))
+        out[i] = found if found is not None else RunOutcome(task.name, cfg.training.seed,
+                                                            "TrajectoryFileError: no readable result after the run",
+                                                            cfg.training.t_max)
+        out[i].reused = False
+    return out
+
+
+def _trained(folder: Path, cfg: Config) -> bool:
+    """Does ``folder`` hold a finished simulation of ``cfg``'s network (``mlp.json`` with its digest)?"""
+    try:
+        mlp = read_json(folder / "mlp.json")
+    except TrajectoryFileError:
+        return False
+    return isinstance(mlp, dict) and mlp.get("digest") == cfg.digest(MLP_SECTIONS) and mlp.get("complete", True)
+
+
+def _run_one(task: RunTask, cfg: Config) -> RunOutcome:
+    """Compute one run (ODE + MLP, or the ODE alone) into its stamped folder."""
+    seed, folder = cfg.training.seed, Path(task.run_dir)
+    try:
+        if task.ode_only:
+            from featureode.ode.solve import solve_config
+
+            solve_config(cfg, folder)  # a failed variant keeps its "error" in ode.json
+        else:
+            from featureode.workflow.compare import compare_config
+
+            compare_config(cfg, folder, progress=False)
+        stamp = read_json(folder / "config.json")
+        found = _outcome_from_files(task, stamp)
+        if found is None:
+            raise TrajectoryFileError(f"{folder}: no readable result after the run")
+        found.reused = False
+        return found
+    except Exception as exc:  # noqa: BLE001 — recorded as the run's status
+        return RunOutcome(task.name, seed, _one_line(exc), cfg.training.t_max)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# GPU batching
+# ----------------------------------------------------------------------------------------------------------------
+def batch_groups(cfgs: Sequence[Config], cuda: bool, max_size: int = MAX_BATCH) -> list[list[int]]:
+    """Indices of ``cfgs`` grouped for training together: on CUDA the configs whose networks have the same shapes
+    (the keys a batch of :func:`featureode.sim.mlp.simulate_batch` must share: width, batch, dim, activation, dtype,
+    device and the step settings), at most ``max_size`` per group, in order of first appearance; on a CPU one per
+    group."""
+    if not cuda:
+        return [[i] for i in range(len(cfgs))]
+    from featureode.sim.mlp import BATCH_KEYS
+
+    groups: dict[tuple, list[list[int]]] = {}
+    for i, c in enumerate(cfgs):
+        key = tuple(getattr(getattr(c, sec), k) for sec, keys in BATCH_KEYS.items() for k in keys)
+        chunks = groups.setdefault(key, [[]])
+        if len(chunks[-1]) == max_size:
+            chunks.append([])
+        chunks[-1].append(i)
+    return sorted((g for chunks in groups.values() for g in chunks), key=lambda g: g[0])
+
+
+def ode_groups(tasks: Sequence[RunTask], workers: int, max_size: int | None = None) -> list[tuple[RunTask, ...]]:
+    """ODE-only runs in consecutive groups solved together (:func:`_solve_many`): at least four groups per worker
+    (so the workers stay busy to the end) and at most ``max_size`` (default :data:`ODE_GROUP`) runs per group
+    (progress and retries stay fine-grained)."""
+    cap = ODE_GROUP if max_size is None else max_size
+    size = max(1, min(cap, math.ceil(len(tasks) / (4 * max(1, workers)))))
+    return [tuple(tasks[k:k + size]) for k in range(0, len(tasks), size)]
+
+
+def _uses_cuda(cfgs: Sequence[Config]) -> bool:
+    """Does any config train on a CUDA device here (``device = "cuda…"``, or ``"auto"`` with CUDA available)?"""
+    return any(c.training.device.startswith("cuda") or resolved_device(c.training.device) != "cpu" for c in cfgs)
+
+
+
+
