@@ -6,3 +6,7 @@ above ``activations``/``data``/``targets``; ``metrics`` a NumPy-only leaf; ``com
 See ``../shared/DESIGN.md`` for notation.
 """
 __version__ = "0.1.0"
+
+from featureode.core.errors import FeatureODEError  # noqa: E402  (the one error base; imports nothing else)
+
+__all__ = ["FeatureODEError", "__version__"]

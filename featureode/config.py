@@ -25,13 +25,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from featureode.core.errors import FeatureODEError
 from featureode.calculus.activations import ActivationError, get_activation
 from featureode.calculus.data import MAX_DIM, DataError, Spectrum
 from featureode.kernel.parametrization import PARAMETRIZATIONS
 from featureode.calculus.targets import Target, TargetError, check_target_text, parse_target
 
 
-class ConfigError(ValueError):
+class ConfigError(FeatureODEError, ValueError):
     """A configuration that is invalid; the message names the key and the fix."""
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import sympy as sp
 from sympy.printing.numpy import SciPyPrinter
 
+from featureode.core.errors import FeatureODEError
 from featureode.core.cache import cached_text
 from featureode.calculus.hermite import check_order
 from featureode.calculus.mean_series import point_means
@@ -37,7 +38,7 @@ B = sp.Symbol("b", real=True)
 S = sp.Symbol("s", positive=True)
 
 
-class ActivationError(ValueError):
+class ActivationError(FeatureODEError, ValueError):
     """Unknown activation, undefined derivative mean, or a coefficient quadrature cannot deliver."""
 
 

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from featureode.core.errors import FeatureODEError
+
 #: The parameter groups of the two-layer network, and so the parts the NTK splits into (DESIGN §4): readout ``a``,
 #: first-layer weights ``w`` and biases ``b``. The kernel, the simulator's measurements (``lambda_parts/PART``), the
 #: second-order constants and the diagnostics figure all use these names.
 PARTS = ("readout", "weights", "bias")
 
 
-class ParametrizationError(ValueError):
+class ParametrizationError(FeatureODEError, ValueError):
     """Unknown parametrization name."""
 
 

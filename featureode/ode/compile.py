@@ -41,6 +41,7 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
+from featureode.core.errors import FeatureODEError
 from featureode.ode import integrate
 
 from featureode.ode import terms as ode
@@ -58,7 +59,7 @@ _AXIS_ORDER = (ode.beta, ode.i, ode.alpha, ode.j)
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
-class CompileError(ValueError):
+class CompileError(FeatureODEError, ValueError):
     """An unknown backend or a system the backend cannot translate."""
 
 

@@ -25,11 +25,12 @@ from typing import Any, Iterable, Mapping
 import sympy as sp
 from sympy.core.function import AppliedUndef
 
+from featureode.core.errors import FeatureODEError
 from featureode.ode import terms as ode
 from featureode.ode.indexed import IndexedExpressionError, free_indices
 
 
-class VariantError(ValueError):
+class VariantError(FeatureODEError, ValueError):
     """An unknown closure/term name, or a custom expression that cannot be used; the message lists valid names."""
 
 
