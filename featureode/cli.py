@@ -360,8 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     from featureode.workflow.grid import suite_names
 
     def executor_options(c: argparse.ArgumentParser, basis: str | None) -> None:
-        c.add_argument("--executor", choices=("local", "dask"), default="local",
-                       help="local processes (default) or a Dask cluster")
+        c.add_argument("--executor", default="local", metavar="NAME",
+                       help="local processes (local, the default), a Dask cluster (dask), or an executor a plugin "
+                            "registered")
         c.add_argument("--jobs", type=int, default=1, help="local worker processes, or LocalCluster workers")
         c.add_argument("--scheduler", metavar="ADDRESS", help="attach to a running Dask scheduler (e.g. "
                        "tcp://host:8786) instead of starting a LocalCluster")

@@ -85,7 +85,7 @@ def test_decompose_at_large_dimension(capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["hermite", "relux", "--max-degree", "3"], "known: abs"),
+    (["hermite", "relux", "--max-degree", "3"], "valid activations: relu, abs"),
     (["decompose", "z0*z8", "--dim", "8"], "z8"),
     (["decompose", "z0 + foo", "--dim", "8"], "foo"),
     (["decompose", "z0", "--dim", "4", "--exponent", "-1"], "exponent"),
