@@ -2,7 +2,8 @@
 
 Subcommands: ``hermite``, ``decompose``, ``kernel``, ``derive``, ``solve``, ``simulate``, ``compare``, ``validate``,
 ``sweep``, ``plot``.
-Bad input ends with a one-line ``featureode: error: …`` on stderr and exit status 2 (:data:`USER_ERRORS`); an
+Bad input ends with a one-line ``featureode: error: …`` on stderr and exit status 2 (:data:`USER_ERRORS`: every
+:class:`~featureode.core.errors.FeatureODEError` and the OS file errors); an
 interrupt ends with exit status 130; ``--traceback`` shows the Python traceback instead.
 """
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from featureode.core.errors import FeatureODEError
 
 
 def _print_json(obj: Any) -> None:
@@ -357,8 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     from featureode.workflow.grid import suite_names
 
     def executor_options(c: argparse.ArgumentParser, basis: str | None) -> None:
-        c.add_argument("--executor", choices=("local", "dask"), default="local",
-                       help="local processes (default) or a Dask cluster")
+        c.add_argument("--executor", default="local", metavar="NAME",
+                       help="local processes (local, the default), a Dask cluster (dask), or an executor a plugin "
+                            "registered")
         c.add_argument("--jobs", type=int, default=1, help="local worker processes, or LocalCluster workers")
         c.add_argument("--scheduler", metavar="ADDRESS", help="attach to a running Dask scheduler (e.g. "
                        "tcp://host:8786) instead of starting a LocalCluster")
@@ -399,25 +403,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: The exceptions that are the user's input or environment, not a bug: ``main`` prints their message as one line
-#: ``featureode: error: …`` and exits with status 2. Package errors are named by (module, class) and looked up only
-#: in modules already imported (an exception of a module never imported cannot have been raised), so listing them
-#: imports nothing heavy.
-USER_ERRORS: tuple[tuple[str, str], ...] = (
-    ("featureode.config", "ConfigError"), ("featureode.calculus.data", "DataError"), ("featureode.calculus.targets", "TargetError"),
-    ("featureode.calculus.activations", "ActivationError"), ("featureode.calculus.hermite", "ModeError"),
-    ("featureode.ode.variants", "VariantError"), ("featureode.ode.indexed", "IndexedExpressionError"),
-    ("featureode.ode.terms", "AssemblyError"), ("featureode.ode.compile", "CompileError"), ("featureode.kernel.theory", "KernelError"),
-    ("featureode.kernel.parametrization", "ParametrizationError"), ("featureode.results.trajectory", "TrajectoryFileError"),
-    ("featureode.sim.mlp", "MLPError"), ("featureode.ode.solve", "SolveError"), ("featureode.workflow.runs", "RunFolderError"),
-    ("featureode.export.report", "ReportError"), ("featureode.workflow.sweeps", "SweepError"), ("featureode.workflow.plot", "PlotError"),
-    ("featureode.ode.replay", "ReplayError"), ("featureode.export.diagnostics", "DiagnosticsError"),
-    ("builtins", "FileExistsError"), ("builtins", "FileNotFoundError"), ("builtins", "PermissionError"),
-    ("builtins", "IsADirectoryError"), ("builtins", "NotADirectoryError"))
-
-
-def user_error_types() -> tuple[type[BaseException], ...]:
-    """The classes of :data:`USER_ERRORS` whose modules are imported."""
-    return tuple(getattr(sys.modules[mod], name) for mod, name in USER_ERRORS if mod in sys.modules)
+#: ``featureode: error: …`` and exits with status 2. Every package error derives from
+#: :class:`~featureode.core.errors.FeatureODEError`; the operating system's file errors are the environment's.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    FeatureODEError, FileExistsError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -438,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("featureode: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
         return 130
     except Exception as exc:
-        if args.traceback or not isinstance(exc, user_error_types()):
+        if args.traceback or not isinstance(exc, USER_ERRORS):
             raise
         text = " ".join(str(exc).split()) or type(exc).__name__
         print(f"featureode: error: {text}", file=sys.stderr)

@@ -23,15 +23,17 @@ import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from featureode.core.errors import FeatureODEError
+from featureode.core.registry import Registry
 from featureode.calculus.activations import ActivationError, get_activation
 from featureode.calculus.data import MAX_DIM, DataError, Spectrum
 from featureode.kernel.parametrization import PARAMETRIZATIONS
 from featureode.calculus.targets import Target, TargetError, check_target_text, parse_target
 
 
-class ConfigError(ValueError):
+class ConfigError(FeatureODEError, ValueError):
     """A configuration that is invalid; the message names the key and the fix."""
 
 
@@ -105,6 +107,15 @@ class ODEConfig:
     custom: dict = field(default_factory=dict)   # named variant tables, see featureode.ode.variants
 
 
+@dataclass
+class PluginsConfig:
+    """``[plugins]``: user modules imported before the rest of the config is checked (:mod:`featureode.core.plugins`),
+    and ``paths``, folders put on ``sys.path`` first (relative to the file; stored absolute). Not part of the
+    config's digest: where a closure is defined does not change what it computes."""
+    modules: list = field(default_factory=list)
+    paths: list = field(default_factory=list)
+
+
 SECTIONS = {"data": DataConfig, "target": TargetConfig, "network": NetworkConfig,
             "training": TrainingConfig, "ode": ODEConfig}
 #: The sections that define an MLP simulation (its results depend on nothing else).
@@ -162,9 +173,23 @@ class Num:
 
 @dataclass(frozen=True)
 class Choice:
-    """A string key with a fixed set of valid names (``pattern``: a regular expression for further valid names)."""
-    options: tuple[str, ...]
+    """A string key with a fixed set of valid names (``pattern``: a regular expression for further valid names), or
+    the names of a registry (``registry``: returns it), read when a config is checked, so a name registered after
+    import (a plugin's) is valid; a registry lookup follows its case rule and stores the registered spelling."""
+    fixed: tuple[str, ...] = ()
     pattern: str = ""
+    registry: "Callable[[], Registry[Any]] | None" = None
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The valid names now."""
+        return tuple(self.registry().names()) if self.registry is not None else self.fixed
+
+
+def _backends() -> "Registry[Any]":
+    from featureode.ode.compile import BACKENDS  # imported when a config is checked, not with the config module
+
+    return BACKENDS
 
 
 _POS = dict(lo=0, lo_open=True)
@@ -179,7 +204,7 @@ RULES: dict[str, dict[str, "Num | Choice"]] = {
         "width": Num(int, 1, why="the number of neurons N"),
         "richness": Num(float, **_POS, why="γ → 0 is the lazy limit, γ ≈ 0.5 rich"),
         "bias_std": Num(float, 0, why="the standard deviation σ_b of the initial biases"),
-        "parametrization": Choice(tuple(PARAMETRIZATIONS)),
+        "parametrization": Choice(registry=lambda: PARAMETRIZATIONS),
     },
     "training": {
         "batch": Num(int, 1, why="samples per SGD step"),
@@ -209,7 +234,7 @@ RULES: dict[str, dict[str, "Num | Choice"]] = {
         "rtol": Num(float, 0, 1, lo_open=True, hi_open=True, why="the relative tolerance of solve_ivp"),
         "atol": Num(float, **_POS, why="the absolute tolerance of solve_ivp"),
         "n_points": Num(int, 2, why="output times of the ODE solution (t = 0 and log-spaced times)"),
-        "backend": Choice(("numpy", "numba")),
+        "backend": Choice(registry=_backends),
     },
 }
 
@@ -251,6 +276,8 @@ def _check_num(where: str, value: Any, rule: Num) -> Any:
 def _check_choice(where: str, value: Any, rule: Choice) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{where} must be one of {', '.join(map(repr, rule.options))}, got {_shown(value)}")
+    if rule.registry is not None and value in rule.registry():
+        return rule.registry().canonical(value)
     if value in rule.options or (rule.pattern and re.fullmatch(rule.pattern, value)):
         return value
     raise ConfigError(f"{where} {value!r} is not valid" + suggest(value, list(rule.options), "valid values"))
@@ -313,6 +340,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     ode: ODEConfig = field(default_factory=ODEConfig)
     source: str = ""
+    plugins: PluginsConfig = field(default_factory=PluginsConfig)
 
     # derived objects --------------------------------------------------------------------------------------------
     def spectrum(self) -> Spectrum:
@@ -338,8 +366,11 @@ class Config:
         return parse_target(self.target.expr, spectrum or self.spectrum(), normalize=self.target.normalize)
 
     def to_dict(self) -> dict[str, Any]:
-        """The tables as nested dicts (what ``config_from_dict`` reads back)."""
-        return {name: asdict(getattr(self, name)) for name in SECTIONS}
+        """The tables as nested dicts (what ``config_from_dict`` reads back); ``plugins`` only when it lists any."""
+        out = {name: asdict(getattr(self, name)) for name in SECTIONS}
+        if self.plugins.modules or self.plugins.paths:
+            out["plugins"] = asdict(self.plugins)
+        return out
 
     def digest(self, sections: tuple[str, ...] = tuple(SECTIONS)) -> str:
         """Stable hash of the given sections, without the run-time-only keys (:data:`RUNTIME_KEYS`); it keys
@@ -363,14 +394,45 @@ class Config:
         return config_from_dict(raw, source=self.source)
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
-    """Validate a nested dict (as read from TOML) into a :class:`Config`; raises :class:`ConfigError`."""
+def plugins_from_dict(table: Any, where: str = "[plugins]",
+                      base_dir: "str | Path | None" = None) -> PluginsConfig:
+    """Check a ``[plugins]`` table (``paths`` made absolute against ``base_dir``) and import its modules and the
+    installed entry-point plugins (:mod:`featureode.core.plugins`); raises :class:`ConfigError`."""
+    from featureode.core.plugins import PluginError, load_entry_points, load_modules, resolve_paths
+
+    table = {} if table is None else table
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table, e.g. [plugins] modules = [\"mymodule\"]")
+    names = [f.name for f in fields(PluginsConfig)]
+    for k, v in table.items():
+        if k not in names:
+            raise ConfigError(f"unknown key {k!r} in {where}" + suggest(str(k), names))
+        if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
+            raise ConfigError(f"{where} {k} must be a list of {'module names' if k == 'modules' else 'folders'} "
+                              f"(strings), got {v!r}")
+    plugins = PluginsConfig(list(table.get("modules", [])), resolve_paths(table.get("paths", []), base_dir))
+    try:
+        load_entry_points()
+        load_modules(plugins.modules, plugins.paths, where=f"{where} modules")
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from exc
+    return plugins
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "<dict>", base_dir: "str | Path | None" = None) -> Config:
+    """Validate a nested dict (as read from TOML) into a :class:`Config`; raises :class:`ConfigError`.
+
+    ``[plugins]`` is read first: its modules (and the installed ``featureode.plugins`` entry points) are imported
+    before any other key is checked, so names they register are valid; relative ``paths`` are taken against
+    ``base_dir`` (the config file's folder; default the current folder)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"a config must be a table of tables, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
     for sec in raw:
-        if sec not in SECTIONS:
-            raise ConfigError(f"unknown config table [{sec}]" + suggest(str(sec), list(SECTIONS), "valid tables"))
+        if sec not in SECTIONS and sec != "plugins":
+            raise ConfigError(f"unknown config table [{sec}]"
+                              + suggest(str(sec), [*SECTIONS, "plugins"], "valid tables"))
+    plugins = plugins_from_dict(raw.pop("plugins", None), base_dir=base_dir)
     out: dict[str, Any] = {}
     for sec, cls in SECTIONS.items():
         vals = raw.get(sec, {})
@@ -383,7 +445,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
                 raise ConfigError(f"unknown key {k!r} in [{sec}]" + suggest(str(k), names))
             setattr(inst, k, _coerce(sec, k, v, getattr(inst, k)))
         out[sec] = inst
-    cfg = Config(**out, source=source)
+    cfg = Config(**out, source=source, plugins=plugins)
     _validate(cfg)
     return cfg
 
@@ -439,4 +501,4 @@ def load_config(path: "str | Path | None" = None) -> Config:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a text (UTF-8) file; give a TOML config") from None
-    return config_from_dict(raw, source=str(path))
+    return config_from_dict(raw, source=str(path), base_dir=path.parent)

@@ -85,7 +85,7 @@ def test_decompose_at_large_dimension(capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["hermite", "relux", "--max-degree", "3"], "known: abs"),
+    (["hermite", "relux", "--max-degree", "3"], "valid activations: relu, abs"),
     (["decompose", "z0*z8", "--dim", "8"], "z8"),
     (["decompose", "z0 + foo", "--dim", "8"], "foo"),
     (["decompose", "z0", "--dim", "4", "--exponent", "-1"], "exponent"),
@@ -126,15 +126,18 @@ def test_config_file_errors_are_one_line(capsys, tmp_path):
 
 
 def test_user_errors_are_one_line_and_others_are_tracebacks(capsys, monkeypatch):
-    """Every class of USER_ERRORS (resolved after importing its module: a rename fails here) becomes one line with
+    """Every FeatureODEError of the package (all its modules walked) and each OS file error becomes one line with
     exit status 2, even when its message has several lines; an interrupt exits 130 with its message; anything else
     is a bug and propagates, as do user errors with --traceback."""
-    import importlib
-
     import featureode.cli as cli
+    from featureode.core.errors import FeatureODEError
+    from test_errors import package_exceptions
 
-    for module, name in cli.USER_ERRORS:
-        cls = getattr(importlib.import_module(module), name)
+    classes = [c for c in package_exceptions().values() if issubclass(c, FeatureODEError)]
+    assert len(classes) >= 20
+    classes += [FileExistsError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError]
+    for cls in classes:
+        name = cls.__name__
 
         def boom(args, cls=cls):
             raise cls("first part\n  second part")

@@ -241,8 +241,8 @@ def test_readme_extending_examples_run(monkeypatch, capsys):
     from featureode.calculus import activations
     from featureode.ode import variants
 
-    monkeypatch.setattr(variants, "_CLOSURES", dict(variants._CLOSURES))  # leave the registries as they were
-    monkeypatch.setattr(activations, "ACTIVATIONS", dict(activations.ACTIVATIONS))
+    monkeypatch.setattr(variants, "CLOSURES", variants.CLOSURES.copy())  # leave the registries as they were
+    monkeypatch.setattr(activations, "ACTIVATIONS", activations.ACTIVATIONS.copy())
     section = (ROOT / "README.md").read_text().split("## Extending featureode", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     assert len(blocks) == 2

@@ -28,6 +28,8 @@ import sympy as sp
 from sympy.printing.numpy import SciPyPrinter
 
 from featureode.core.cache import cached_text
+from featureode.core.errors import FeatureODEError
+from featureode.core.registry import Registry
 from featureode.calculus.hermite import check_order
 from featureode.calculus.mean_series import point_means
 from featureode.calculus.quadrature import composite_mean, hermite_quad, hermite_quad_all
@@ -37,7 +39,7 @@ B = sp.Symbol("b", real=True)
 S = sp.Symbol("s", positive=True)
 
 
-class ActivationError(ValueError):
+class ActivationError(FeatureODEError, ValueError):
     """Unknown activation, undefined derivative mean, or a coefficient quadrature cannot deliver."""
 
 
@@ -424,7 +426,7 @@ def _relu_mean0() -> sp.Expr:
     return B * _Phi(B / S) + S * _phi(B / S)
 
 
-def _builtin() -> dict[str, Activation]:
+def _builtin() -> list[Activation]:
     relu = sp.Piecewise((U, U > 0), (0, True))
     q1 = sp.sqrt(1 + S**2)
     acts = [
@@ -440,10 +442,23 @@ def _builtin() -> dict[str, Activation]:
         Activation("softplus", sp.log(1 + sp.exp(U)), None, None, "log(1 + e^u) (quadrature)"),
         Activation("silu", U / (1 + sp.exp(-U)), None, None, "u/(1 + e^{-u}) (quadrature)"),
     ]
-    return {a.name: a for a in acts}
+    return acts
 
 
-ACTIVATIONS: dict[str, Activation] = _builtin()
+def _check_activation(name: str, act: Activation) -> None:
+    if not isinstance(act, Activation):
+        raise ActivationError(f"activation {name!r} must be an Activation (e.g. from_expression('u**3', "
+                              f"name={name!r})), got {type(act).__name__}")
+
+
+#: The named activations (a :class:`~featureode.core.registry.Registry`: case-sensitive names, a lookup also finds
+#: a unique case-insensitive match). Add one with :func:`register_activation` (or ``ACTIVATIONS[name] = act``).
+ACTIVATIONS: Registry[Activation] = Registry("activation", ActivationError,
+                                             hint="(or an expression in u such as 'u*tanh(u)')",
+                                             check=_check_activation)
+for _act in _builtin():
+    ACTIVATIONS.register(_act.name, _act)
+del _act
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -580,9 +595,8 @@ def from_expression(text: "str | sp.Expr", name: str | None = None, precision: i
         expr = sp.sympify(text).subs({sp.Symbol("u"): U, sp.Symbol("x"): U})
     extra = expr.free_symbols - {U}
     if extra or not expr.has(U):
-        raise ActivationError(
-            f"unknown activation {str(text)!r}; known: {', '.join(sorted(ACTIVATIONS))}, or an expression in u "
-            f"such as 'u*tanh(u)'" + (f" (undefined symbols: {', '.join(sorted(map(str, extra)))})" if extra else ""))
+        raise ActivationError(ACTIVATIONS.unknown_message(str(text))
+                              + (f" (undefined symbols: {', '.join(sorted(map(str, extra)))})" if extra else ""))
     check_gaussian_means(expr, name or str(expr))
     mean0 = _polynomial_mean(expr) if expr.is_polynomial(U) else None
     return Activation(name or str(expr), expr, mean0, None, f"user expression {expr}", precision)
@@ -592,6 +606,17 @@ def get_activation(spec: "str | Activation | sp.Expr") -> Activation:
     """Look up a registered activation by name, or build one from an expression in ``u``."""
     if isinstance(spec, Activation):
         return spec
-    if isinstance(spec, str) and spec.strip().lower() in ACTIVATIONS:
-        return ACTIVATIONS[spec.strip().lower()]
+    if isinstance(spec, str) and spec in ACTIVATIONS:
+        return ACTIVATIONS.get(spec)
     return from_expression(spec)
+
+
+def register_activation(activation: "Activation | str", expr: "str | sp.Expr | None" = None,
+                        replace: bool = False) -> Activation:
+    """Add an activation to :data:`ACTIVATIONS` so configs can name it: an :class:`Activation`, or a name and an
+    expression in ``u`` (built with :func:`from_expression`, which refuses one whose Gaussian means do not exist)."""
+    if isinstance(activation, str):
+        if expr is None:
+            raise ActivationError(f"register_activation({activation!r}) needs an expression in u, e.g. 'u**3 - u'")
+        activation = from_expression(expr, name=activation)
+    return ACTIVATIONS.register(activation.name, activation, replace=replace)

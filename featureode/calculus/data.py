@@ -15,13 +15,15 @@ from typing import Any, Sequence
 import numpy as np
 import sympy as sp
 
+from featureode.core.errors import FeatureODEError
+
 
 EXACT_MAX_DIM = 64  # power-law spectra keep an exact SymPy form up to this dimension
 #: the largest input dimension: the spectrum, each weight vector and each sample hold d numbers (8 bytes each)
 MAX_DIM = 10_000_000
 
 
-class DataError(ValueError):
+class DataError(FeatureODEError, ValueError):
     """Invalid covariance or spectrum."""
 
 

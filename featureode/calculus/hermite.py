@@ -18,10 +18,12 @@ from typing import Any, Iterable, Mapping
 
 import sympy as sp
 
+from featureode.core.errors import FeatureODEError
+
 Z = sp.Symbol("z", real=True)
 
 
-class ModeError(ValueError):
+class ModeError(FeatureODEError, ValueError):
     """A multi-index or mode text that is not valid."""
 
 

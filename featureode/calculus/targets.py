@@ -21,11 +21,12 @@ from typing import Any, Mapping
 import numpy as np
 import sympy as sp
 
+from featureode.core.errors import FeatureODEError
 from featureode.calculus.data import Spectrum
 from featureode.calculus.hermite import Mode, hermite_expr, polynomial_to_hermite
 
 
-class TargetError(ValueError):
+class TargetError(FeatureODEError, ValueError):
     """A target expression that cannot be parsed or decomposed."""
 
 

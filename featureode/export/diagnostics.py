@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from featureode.core.errors import FeatureODEError
 from featureode.calculus.hermite import Mode
 from featureode.kernel.parametrization import PARTS
 from featureode.export.report import _positive
@@ -33,7 +34,7 @@ from featureode.results.trajectory import Trajectory, write_bytes
 MAX_DIRECTIONS = 4
 
 
-class DiagnosticsError(ValueError):
+class DiagnosticsError(FeatureODEError, ValueError):
     """A diagnostics request that cannot be drawn (no variants, a mode that is not measured)."""
 
 

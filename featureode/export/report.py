@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from featureode.core.errors import FeatureODEError
 from featureode.config import Config
 from featureode.results.metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss
 from featureode.results.trajectory import ODEResult, Trajectory, json_ready, write_bytes, write_json, write_text
@@ -35,7 +36,7 @@ MLP_IN_SUPPORT_COLOUR = "0.55"
 LEVELS = {"t50": 0.5, "t10": 0.1}
 
 
-class ReportError(ValueError):
+class ReportError(FeatureODEError, ValueError):
     """A report request that cannot be met (an unknown figure variant); the message names the valid choices."""
 
 

@@ -22,6 +22,8 @@ import mpmath
 import numpy as np
 from scipy.linalg import eigh_tridiagonal
 
+from featureode.core.errors import FeatureODEError
+
 __all__ = ["STEP", "MAX_ORDER", "Gamma", "Measure", "QGrid", "QLaw", "BiasRule", "InitLawError", "q_law",
            "bias_rule"]
 
@@ -34,7 +36,7 @@ MAX_ORDER = 24
 Gamma = tuple[tuple[int, int], ...]   # sparse half multi-index γ: ((dim, γ_i), …), γ_i ≥ 1
 
 
-class InitLawError(ValueError):
+class InitLawError(FeatureODEError, ValueError):
     """A discretisation of the init law that cannot be trusted (reported, never silently used)."""
 
 

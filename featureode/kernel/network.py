@@ -14,13 +14,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from featureode.core.errors import FeatureODEError
 from featureode.calculus.activations import Activation, get_activation
 from featureode.calculus.data import Spectrum
 from featureode.kernel.initlaw import STEP, BiasRule, QLaw, bias_rule, q_law
 from featureode.kernel.parametrization import Parametrization, get_parametrization
 
 
-class KernelError(ValueError):
+class KernelError(FeatureODEError, ValueError):
     """Kernel quantities that cannot be computed as asked (budget too large, inconsistent inputs)."""
 
 
@@ -32,7 +33,7 @@ class KernelWarning(UserWarning):
 __all__ = ["Network", "NetworkError"]
 
 
-class NetworkError(ValueError):
+class NetworkError(FeatureODEError, ValueError):
     """Network data that cannot define an init law (bad spectrum or σ_b)."""
 
 

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from featureode.core.errors import FeatureODEError
+from featureode.core.registry import Registry
+
 #: The parameter groups of the two-layer network, and so the parts the NTK splits into (DESIGN §4): readout ``a``,
 #: first-layer weights ``w`` and biases ``b``. The kernel, the simulator's measurements (``lambda_parts/PART``), the
 #: second-order constants and the diagnostics figure all use these names.
 PARTS = ("readout", "weights", "bias")
 
 
-class ParametrizationError(ValueError):
+class ParametrizationError(FeatureODEError, ValueError):
     """Unknown parametrization name."""
 
 
@@ -80,12 +83,19 @@ class MeanField(Parametrization):
         return gamma**2
 
 
-PARAMETRIZATIONS: dict[str, Parametrization] = {"meanfield": MeanField()}
+#: The named parametrizations (a :class:`~featureode.core.registry.Registry`); ``[network] parametrization`` is
+#: checked against it when a config is loaded, so one registered later (e.g. by a plugin) is accepted.
+PARAMETRIZATIONS: Registry[Parametrization] = Registry("parametrization", ParametrizationError)
+PARAMETRIZATIONS.register("meanfield", MeanField())
+
+
+def register_parametrization(par: Parametrization, replace: bool = False) -> Parametrization:
+    """Add ``par`` to :data:`PARAMETRIZATIONS` under ``par.name``."""
+    if not isinstance(par, Parametrization):
+        raise ParametrizationError(f"register_parametrization needs a Parametrization instance, got {par!r}")
+    return PARAMETRIZATIONS.register(par.name, par, replace=replace)
 
 
 def get_parametrization(name: str) -> Parametrization:
     """The registered parametrization ``name``; unknown names raise :class:`ParametrizationError`."""
-    try:
-        return PARAMETRIZATIONS[name]
-    except KeyError:
-        raise ParametrizationError(f"unknown parametrization {name!r}; known: {', '.join(PARAMETRIZATIONS)}") from None
+    return PARAMETRIZATIONS.get(name)

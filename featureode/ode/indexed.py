@@ -20,8 +20,10 @@ from typing import Callable, Mapping
 import sympy as sp
 from sympy.core.function import AppliedUndef
 
+from featureode.core.errors import FeatureODEError
 
-class IndexedExpressionError(ValueError):
+
+class IndexedExpressionError(FeatureODEError, ValueError):
     """An indexed expression outside the supported subset (partial-range sums, repeated indices, …)."""
 
 

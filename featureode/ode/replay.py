@@ -23,11 +23,12 @@ from typing import Sequence
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from featureode.core.errors import FeatureODEError
 from featureode.results.metrics import crossing_time
 from featureode.results.trajectory import Trajectory, TrajectoryFileError
 
 
-class ReplayError(ValueError):
+class ReplayError(FeatureODEError, ValueError):
     """A replay without the measurements it needs; the message names the missing run, file or key and the fix."""
 
 

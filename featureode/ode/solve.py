@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from featureode.core.errors import FeatureODEError
 from featureode.ode import integrate
 
 from featureode.ode import terms as ode
@@ -43,7 +44,7 @@ LEVELS = (0.5, 0.1)
 BLOWUP = 1e6          # blow-up bound on |y|, times (1 + t_max) max|v_β|
 
 
-class SolveError(RuntimeError):
+class SolveError(FeatureODEError, RuntimeError):
     """The integration failed; ``trajectory`` holds what was computed before the failure (or ``None``)."""
 
     def __init__(self, message: str, trajectory: "Trajectory | None" = None) -> None:

@@ -31,11 +31,12 @@ from typing import Iterable, Mapping, Sequence
 
 import sympy as sp
 
+from featureode.core.errors import FeatureODEError
 from featureode.calculus.hermite import Mode
 from featureode.ode.indexed import DerivativeContext, IndexSpace, differentiate, expand, free_indices, rename_shadowed
 
 
-class AssemblyError(ValueError):
+class AssemblyError(FeatureODEError, ValueError):
     """A system that cannot be assembled (a term used out of order, with the wrong indices, …)."""
 
 

@@ -25,11 +25,13 @@ from typing import Any, Iterable, Mapping
 import sympy as sp
 from sympy.core.function import AppliedUndef
 
+from featureode.core.errors import FeatureODEError
+from featureode.core.registry import Registry
 from featureode.ode import terms as ode
 from featureode.ode.indexed import IndexedExpressionError, free_indices
 
 
-class VariantError(ValueError):
+class VariantError(FeatureODEError, ValueError):
     """An unknown closure/term name, or a custom expression that cannot be used; the message lists valid names."""
 
 
@@ -43,32 +45,33 @@ class Closure:
     doc: str = ""
 
 
-_CLOSURES: dict[str, Closure] = {
-    "lazy": Closure("lazy", None, doc="r_i = 1: the pure kernel regime"),
-    "agop": Closure("agop", ode.AGOP_GROWTH, doc=ode.AGOP_GROWTH.doc),
-    "displacement": Closure("displacement", ode.DISPLACEMENT_GROWTH, doc=ode.DISPLACEMENT_GROWTH.doc),
-    "second_order": Closure("second_order", ode.SECOND_ORDER_GROWTH, doc=ode.SECOND_ORDER_GROWTH.doc),
-    "resummed": Closure("resummed", ode.RESUMMED_GROWTH, doc=ode.RESUMMED_GROWTH.doc),
-}
+#: The closures by name (a :class:`~featureode.core.registry.Registry`; built-in first, then user ones). Add one
+#: with :func:`register_closure`; the name then works in ``[ode] variants`` and ``Variant(name)``.
+CLOSURES: Registry[Closure] = Registry("closure", VariantError)
+for _c in (Closure("lazy", None, doc="r_i = 1: the pure kernel regime"),
+           Closure("agop", ode.AGOP_GROWTH, doc=ode.AGOP_GROWTH.doc),
+           Closure("displacement", ode.DISPLACEMENT_GROWTH, doc=ode.DISPLACEMENT_GROWTH.doc),
+           Closure("second_order", ode.SECOND_ORDER_GROWTH, doc=ode.SECOND_ORDER_GROWTH.doc),
+           Closure("resummed", ode.RESUMMED_GROWTH, doc=ode.RESUMMED_GROWTH.doc)):
+    CLOSURES.register(_c.name, _c)
+del _c
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _RESERVED = {"y", "j", "numpy", "math", "numba", "out"}   # names used by the generated code
 
 
 def closure_names() -> list[str]:
     """Names of the registered closures (built-in first, then user ones)."""
-    return list(_CLOSURES)
+    return CLOSURES.names()
 
 
 def term_names() -> list[str]:
     """Every known term name: the core terms and each registered closure's term."""
-    return [t.name for t in ode.CORE_TERMS] + [c.term.name for c in _CLOSURES.values() if c.term is not None]
+    return [t.name for t in ode.CORE_TERMS] + [c.term.name for c in CLOSURES.values() if c.term is not None]
 
 
 def get_closure(name: str) -> Closure:
     """The registered closure ``name``; raises :class:`VariantError` listing the valid names."""
-    if name not in _CLOSURES:
-        raise VariantError(f"unknown closure {name!r}; valid closures: {', '.join(closure_names())}")
-    return _CLOSURES[name]
+    return CLOSURES.get(name)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -146,13 +149,12 @@ def register_closure(name: str, r_expr: "str | sp.Expr", params: Mapping[str, fl
     """Make a closure (see :func:`make_closure`) and add it to the registry, so ``Variant(name)`` and config files
     can use it. Registering the same name again with the same expression is a no-op; a different one is an error."""
     closure = make_closure(name, r_expr, params, doc)
-    old = _CLOSURES.get(name)
+    old = CLOSURES.get(name) if name in CLOSURES.names() else None
     if old is not None and (old.term is None or old.term.body != closure.term.body):
         raise VariantError(f"closure {name!r} is already registered with a different expression")
     if old is None and closure.term.name in term_names():
         raise VariantError(f"closure {name!r} would define term {closure.term.name!r}, which already exists")
-    _CLOSURES[name] = closure
-    return closure
+    return CLOSURES.register(name, closure, replace=old is not None)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -246,10 +248,10 @@ def _variant_from_table(name: str, table: Mapping[str, Any], kappa: float | None
     closure: "str | Closure" = table.get("closure", name)
     if not isinstance(closure, str):
         raise VariantError(f"[ode.custom.{name}] closure must be a closure name or an expression string")
-    if closure not in _CLOSURES:
+    if closure not in CLOSURES:
         if _IDENT.match(closure):
-            raise VariantError(f"[ode.custom.{name}]: unknown closure {closure!r}; valid closures: "
-                               f"{', '.join(closure_names())} (or give an expression for r_i)")
+            raise VariantError(f"[ode.custom.{name}]: {CLOSURES.unknown_message(closure)} (or give an expression "
+                               f"for r_i)")
         closure = make_closure(name, closure, params, table.get("doc", ""))
     return Variant(closure, kappa=table.get("kappa", kappa), scale=bool(table.get("scale", scale)),
                    ablate=tuple(table.get("ablate", ())), replace=dict(table.get("replace", {})), params=params,
@@ -278,7 +280,7 @@ def variants_from_config(cfg: Any, allow_replay: bool = False) -> list[Variant]:
             if not isinstance(custom[name], Mapping):
                 raise VariantError(f"[ode.custom.{name}] must be a table")
             out.append(_variant_from_table(name, custom[name], cfg.kappa, cfg.scale))
-        elif name in _CLOSURES:
+        elif name in CLOSURES:
             out.append(Variant(name, kappa=cfg.kappa, scale=cfg.scale))
         else:
             raise VariantError(f"[ode] variants: unknown variant {name!r}; valid: built-in closures "

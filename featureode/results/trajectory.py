@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from featureode.core.errors import FeatureODEError
 from featureode.results.metrics import normalised
 
 #: JSON keys of the core fields (DESIGN §6 names) and the attribute each is stored in.
@@ -42,7 +43,7 @@ _STATUS = ("complete", "reached_t", "error")
 _HEAD = ("kind", "name", "modes", "target", "t50", "t10")
 
 
-class TrajectoryFileError(ValueError):
+class TrajectoryFileError(FeatureODEError, ValueError):
     """A result file is missing, damaged or inconsistent with its companion; the message names it and the fix."""
 
 

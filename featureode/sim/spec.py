@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from featureode.core.errors import FeatureODEError
 from featureode.calculus.data import Spectrum
 from featureode.calculus.hermite import Mode
 from featureode.calculus.targets import Target
@@ -24,7 +25,7 @@ CHECKPOINT_VERSION = 3    # 3: schedule, divergence window and diagnostics recor
 SMALL_BATCH = 64          # below this batch size a divergence message also suggests a larger batch
 BATCH_KEYS = {"data": ("dim",), "network": ("activation", "width", "parametrization"),
                "training": ("batch", "device", "dtype", "ntk_every", "checkpoint_every", "threads", "compile")}
-class MLPError(RuntimeError):
+class MLPError(FeatureODEError, RuntimeError):
     """A simulation that cannot run as configured (incompatible batch, foreign or damaged checkpoint, too little
     memory)."""
 

@@ -1,10 +1,16 @@
-"""Executors of sweep tasks: inline, local processes (forkserver) and Dask, behind :func:`make_executor`."""
+"""Executors of sweep tasks: inline, local processes (forkserver) and Dask, behind :func:`make_executor`.
+
+An executor is anything with the :class:`Executor` interface; :data:`EXECUTORS` maps a name (``--executor NAME``) to
+a factory ``(jobs, scheduler) → Executor``. Workers import the sweep's plugins themselves: each task's config lists
+them (``[plugins]``) and is checked in the worker before anything runs.
+"""
 from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
+from featureode.core.registry import Registry
 from featureode.workflow.tasks import SweepError, _one_line
 
 #: Seconds to wait for a Dask scheduler given by address.
@@ -14,6 +20,31 @@ SCHEDULER_TIMEOUT_S = 10
 # ----------------------------------------------------------------------------------------------------------------
 # executors
 # ----------------------------------------------------------------------------------------------------------------
+@runtime_checkable
+class Executor(Protocol):
+    """What :func:`featureode.workflow.sweeps.run_sweep` needs of an executor.
+
+    ``capacity``: the most tasks in flight at once; ``workers``: how many run in parallel (sizes the ODE-only groups);
+    ``submit(fn, arg)`` returns a future (``concurrent.futures.Future`` or alike: ``result()``, ``exception()``);
+    ``wait(futures)`` blocks until at least one is done and returns ``(done, pending)``; ``close()`` frees the
+    workers. ``fn`` and ``arg`` pickle (a module-level function and :class:`~featureode.workflow.tasks.RunTask` s)."""
+
+    capacity: int
+    workers: int
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        """Start ``fn(arg)``; a future of its result."""
+        ...
+
+    def wait(self, futures: set[Any]) -> tuple[set[Any], set[Any]]:
+        """``(done, pending)`` once at least one of ``futures`` is done."""
+        ...
+
+    def close(self) -> None:
+        """Stop the workers."""
+        ...
+
+
 class _Inline:
     """Runs each task in this process when it is submitted (``jobs = 1``)."""
 
@@ -110,16 +141,36 @@ class _Dask:
             self._cluster.close()
 
 
-def make_executor(kind: str = "local", jobs: int = 1, scheduler: str | None = None) -> Any:
+def _local(jobs: int, scheduler: str | None) -> Executor:
+    return _Inline() if jobs == 1 else _LocalPool(jobs)
+
+
+#: A factory of executors: ``(jobs, scheduler address or None) → Executor``.
+ExecutorFactory = Callable[[int, "str | None"], Executor]
+#: The executors by name (a :class:`~featureode.core.registry.Registry`): ``--executor NAME`` picks one.
+EXECUTORS: Registry[ExecutorFactory] = Registry("executor", SweepError)
+EXECUTORS.register("local", _local)
+EXECUTORS.register("dask", _Dask)
+
+
+def register_executor(name: str, factory: ExecutorFactory, replace: bool = False) -> ExecutorFactory:
+    """Add an executor factory ``(jobs, scheduler) → Executor`` to :data:`EXECUTORS` as ``name``."""
+    return EXECUTORS.register(name, factory, replace=replace)
+
+
+def make_executor(kind: str = "local", jobs: int = 1, scheduler: str | None = None) -> Executor:
     """An executor for :func:`run_sweep`: ``"local"`` (this process for ``jobs = 1``, else ``jobs`` worker processes)
-    or ``"dask"`` (a LocalCluster of ``jobs`` workers, or the cluster whose scheduler is at ``scheduler``)."""
+    or ``"dask"`` (a LocalCluster of ``jobs`` workers, or the cluster whose scheduler is at ``scheduler``; a
+    scheduler address implies ``"dask"`` when ``kind`` is ``"local"``), or a registered one."""
     if jobs < 1:
         raise SweepError(f"--jobs must be ≥ 1, got {jobs}")
-    if kind == "dask" or scheduler:
-        return _Dask(jobs, scheduler)
-    if kind != "local":
-        raise SweepError(f"unknown executor {kind!r}; use 'local' or 'dask'")
-    return _Inline() if jobs == 1 else _LocalPool(jobs)
+    if scheduler and kind == "local":
+        kind = "dask"
+    if kind not in EXECUTORS:  # an installed package may register it
+        from featureode.core.plugins import load_entry_points
+
+        load_entry_points()
+    return EXECUTORS.get(kind)(jobs, scheduler)
 
 
 

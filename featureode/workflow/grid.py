@@ -1,6 +1,7 @@
 """Grid files (DESIGN §7): a base config plus axes, read into the points of a sweep.
 
-A grid file is TOML with the optional tables ``[set]`` (overrides of the base), ``[grid]`` (a cartesian product over
+A grid file is TOML with the optional tables ``[plugins]`` (modules imported first, here and in every worker, as in
+a config file), ``[set]`` (overrides of the base), ``[grid]`` (a cartesian product over
 every key listed), ``[zip]`` (keys varied together, equal lengths, crossed with ``[grid]``) and ``[sweep]`` (seeds,
 run names, the ``t_max = "auto"`` rule), and an optional top-level ``base = "config.toml"`` (relative to the grid
 file; else the built-in default config). Keys are ``"table.key"`` and must name a config key of
@@ -24,12 +25,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from featureode.config import SECTIONS, Config, ConfigError, suggest, config_from_dict, load_config
+from featureode.config import (SECTIONS, Config, ConfigError, config_from_dict, load_config, plugins_from_dict,
+                               suggest)
 
 #: The value of ``training.t_max`` that asks for the horizon of :func:`featureode.workflow.sweeps.auto_t_max`.
 AUTO = "auto"
 #: Keys a grid file may hold at top level and in ``[sweep]``.
-TOP_KEYS = ("base", "set", "grid", "zip", "sweep")
+TOP_KEYS = ("base", "plugins", "set", "grid", "zip", "sweep")
 SWEEP_KEYS = ("seeds", "name", "description", "t_max_factor", "t_max_cap")
 #: Where the validation suites shipped with the package live.
 SUITES_DIR = Path(__file__).parents[1] / "suites"
@@ -203,6 +205,10 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
     for k in ("set", "grid", "zip", "sweep"):
         if k in raw and not isinstance(raw[k], dict):
             raise GridError(f"{source}: [{k}] must be a table")
+    try:  # the grid's plugins first: the base config and every point may name what they register
+        plugins = plugins_from_dict(raw.get("plugins"), f"{source}: [plugins]", base_dir)
+    except ConfigError as exc:
+        raise GridError(str(exc)) from None
     base_path = raw.get("base")
     if base_path is not None and not isinstance(base_path, str):
         raise GridError(f"{source}: base must be a path to a config file, got {base_path!r}")
@@ -213,6 +219,10 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
         base = load_config(path).to_dict()
     else:
         base = load_config(None).to_dict()
+    if plugins.modules or plugins.paths:  # every point's config carries them, so each worker imports them
+        had = base.setdefault("plugins", {"modules": [], "paths": []})
+        had["modules"] = list(dict.fromkeys([*had.get("modules", []), *plugins.modules]))
+        had["paths"] = list(dict.fromkeys([*had.get("paths", []), *plugins.paths]))
     for key, value in raw.get("set", {}).items():
         sec, k = _check_key(key, "[set]", source)
         base[sec][k] = value

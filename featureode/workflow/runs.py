@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from featureode.core.errors import FeatureODEError
 from featureode.config import MLP_SECTIONS, Config, config_from_dict
 from featureode.results.trajectory import ODEResult, Trajectory, TrajectoryFileError, write_json
 
@@ -41,7 +42,7 @@ ODE_FILES = ("ode.json", "ode.npz", "report.json", "report.md", "report.png")
 MLP_FILES = ("mlp.json", "mlp.npz", "checkpoint.pt")
 
 
-class RunFolderError(RuntimeError):
+class RunFolderError(FeatureODEError, RuntimeError):
     """An output folder that cannot be used (not writable, in use by another command); the message names it."""
 
 

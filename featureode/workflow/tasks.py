@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from featureode.core.errors import FeatureODEError
 from featureode.config import MLP_SECTIONS, Config, resolved_device
 from featureode.results.trajectory import TrajectoryFileError, read_json, write_json
 from featureode.workflow.grid import AUTO, probe_config
@@ -19,7 +20,7 @@ from featureode.workflow.runs import read_stamp
 MAX_BATCH = 64
 #: The most ODE-only runs solved together in one task.
 ODE_GROUP = 32
-class SweepError(RuntimeError):
+class SweepError(FeatureODEError, RuntimeError):
     """A sweep that cannot run (output folder, scheduler, size); the message names the fix."""
 
 
