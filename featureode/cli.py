@@ -293,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traceback", action="store_true",
                    help="on an error, show the Python traceback instead of the one-line message")
+    from featureode._version import __version__
+
+    p.add_argument("--version", action="version", version=f"featureode {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            help="one of these (featureode COMMAND --help for its arguments):")
 
