@@ -11,14 +11,14 @@ page (``docs/theory.md``).
 # Each public name and the module that defines it. The flat namespace resolves a name by importing its module on
 # first access (PEP 562 module __getattr__); ``__all__`` and ``dir(featureode)`` list them all.
 _EXPORTS: dict[str, str] = {
-    # foundations: the one error base and the registry of every extension point
-    "FeatureODEError": "featureode.core.errors",
-    "Registry": "featureode.core.registry",
     # configuration
     "Config": "featureode.config",
     "ConfigError": "featureode.config",
     "config_from_dict": "featureode.config",
     "load_config": "featureode.config",
+    # the error base every user-facing error derives from, and the registries' type
+    "FeatureODEError": "featureode.core.errors",
+    "Registry": "featureode.core.registry",
     # calculus: Hermite modes, spectra, activations, targets
     "Mode": "featureode.calculus.hermite",
     "Spectrum": "featureode.calculus.data",
@@ -35,15 +35,15 @@ _EXPORTS: dict[str, str] = {
     "kernel_theory": "featureode.kernel.theory",
     "kernel_theory_batch": "featureode.kernel.theory",
     "Network": "featureode.kernel.network",
+    "register_parametrization": "featureode.kernel.parametrization",
     # the feature ODE: terms, variants, code generation, integration
     "System": "featureode.ode.terms",
     "build_system": "featureode.ode.terms",
     "Variant": "featureode.ode.variants",
     "closure_names": "featureode.ode.variants",
     "register_closure": "featureode.ode.variants",
-    "register_backend": "featureode.ode.compile",
-    "register_parametrization": "featureode.kernel.parametrization",
     "compile_system": "featureode.ode.compile",
+    "register_backend": "featureode.ode.compile",
     "solve_batch": "featureode.ode.solve",
     "solve_config": "featureode.ode.solve",
     "solve_variant": "featureode.ode.solve",
@@ -69,11 +69,11 @@ _EXPORTS: dict[str, str] = {
     "Grid": "featureode.workflow.grid",
     "load_grid": "featureode.workflow.grid",
     "suite_names": "featureode.workflow.grid",
-    "make_executor": "featureode.workflow.sweeps",
+    "make_executor": "featureode.workflow.executors",
     "register_executor": "featureode.workflow.executors",
-    "read_results": "featureode.workflow.sweeps",
     "run_suite": "featureode.workflow.sweeps",
     "run_sweep": "featureode.workflow.sweeps",
+    "read_results": "featureode.workflow.table",
     "phase_figure": "featureode.workflow.plot",
     # the version (featureode/_version.py is its one source)
     "__version__": "featureode._version",
@@ -103,14 +103,14 @@ def __dir__() -> list[str]:
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the names without importing anything
     from featureode._version import __version__
-    from featureode.core.errors import FeatureODEError
-    from featureode.core.registry import Registry
     from featureode.calculus.activations import (ACTIVATIONS, Activation, from_expression, get_activation,
                                                  register_activation)
     from featureode.calculus.data import Spectrum
     from featureode.calculus.hermite import Mode
     from featureode.calculus.targets import Target, parse_target
     from featureode.config import Config, ConfigError, config_from_dict, load_config
+    from featureode.core.errors import FeatureODEError
+    from featureode.core.registry import Registry
     from featureode.export.diagnostics import diagnostics_figure
     from featureode.export.latex import derive_document, system_latex
     from featureode.export.report import Report, build_report, report_figure
@@ -126,7 +126,8 @@ if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the 
     from featureode.results.trajectory import ODEResult, Trajectory
     from featureode.sim.mlp import Simulation, simulate_batch, simulate_config
     from featureode.workflow.compare import compare_config
+    from featureode.workflow.executors import make_executor, register_executor
     from featureode.workflow.grid import Grid, load_grid, suite_names
     from featureode.workflow.plot import phase_figure
-    from featureode.workflow.executors import register_executor
-    from featureode.workflow.sweeps import make_executor, read_results, run_suite, run_sweep
+    from featureode.workflow.sweeps import run_suite, run_sweep
+    from featureode.workflow.table import read_results

@@ -67,6 +67,18 @@ def test_docs_list_every_public_name():
         assert f"::: {module}" in (DOCS / "api" / f"{page}.md").read_text()
 
 
+def test_api_reference_has_every_module():
+    """Each module of the package has its section on its sub-package's API page (a new module must be added)."""
+    pages = {p.stem: p.read_text() for p in (DOCS / "api").glob("*.md")}
+    for path in sorted((ROOT / "featureode").rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        if rel.name in ("__init__", "__main__", "_version"):
+            continue
+        module = ".".join(rel.parts)
+        page = rel.parts[1]  # featureode/config.py → config.md, featureode/kernel/x.py → kernel.md
+        assert f"::: {module}\n" in pages.get(page, ""), f"{module} is missing from docs/api/{page}.md"
+
+
 def test_version_has_one_source():
     from featureode._version import __version__
 
