@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from featureode.core.basis import BASES
 from featureode.core.errors import FeatureODEError
 
 
@@ -369,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--jobs", type=int, default=1, help="local worker processes, or LocalCluster workers")
         c.add_argument("--scheduler", metavar="ADDRESS", help="attach to a running Dask scheduler (e.g. "
                        "tcp://host:8786) instead of starting a LocalCluster")
-        c.add_argument("--basis", choices=("target", "extended"), default=basis,
+        c.add_argument("--basis", choices=BASES, default=basis,
                        help="ODE mode basis (the MLP runs do not depend on it and are reused)")
         c.add_argument("--force", action="store_true", help="accept DIR holding another grid; runs whose config "
                        "changed are recomputed")

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from featureode.core.basis import BASES
 from featureode.core.errors import FeatureODEError
 from featureode.core.registry import Registry
 from featureode.calculus.activations import ActivationError, get_activation
@@ -226,7 +227,7 @@ RULES: dict[str, dict[str, "Num | Choice"]] = {
     },
     "ode": {
         "eigenvalues": Choice(("exact", "hea")),
-        "basis": Choice(("target", "extended")),
+        "basis": Choice(BASES),
         "kappa": Num(float, 0, why="the AGOP constant κ; leave it out to derive κ = γ² c_1/Λ_1²", optional=True),
         "extended_degree": Num(int, 0, why="extra degrees of the extended basis"),
         "extended_max_modes": Num(int, 1, why="the most modes of the extended basis"),

@@ -236,8 +236,9 @@ def test_convergence_study_example(tmp_path, monkeypatch):
 
 def test_readme_extending_examples_run(monkeypatch, capsys):
     """The "Extending featureode" page's blocks (docs/guide/extending.md, moved there from the README) run as written
-    (from the repository root) and print what their comments say: a half-strength displacement closure learns between lazy and displacement; the cubic σ = u³ − u =
-    He_3 + 2 He_1 has μ = (0, 2, 0, √6)."""
+    (from the repository root) and print what their comments say: a half-strength displacement closure learns between
+    lazy and displacement; the cubic σ = u³ − u = He_3 + 2 He_1 has μ = (0, 2, 0, √6); a backend registered by name
+    gives the NumPy backend's curve."""
     from featureode.calculus import activations
     from featureode.ode import variants
 
@@ -245,7 +246,7 @@ def test_readme_extending_examples_run(monkeypatch, capsys):
     monkeypatch.setattr(activations, "ACTIVATIONS", activations.ACTIVATIONS.copy())
     section = (ROOT / "docs" / "guide" / "extending.md").read_text()
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     monkeypatch.chdir(ROOT)
     exec(compile(blocks[0], "extending.md", "exec"), {})
     t10 = {line.split()[0]: float(line.split()[1]) for line in capsys.readouterr().out.strip().splitlines()}
@@ -254,3 +255,9 @@ def test_readme_extending_examples_run(monkeypatch, capsys):
     mu, lam = capsys.readouterr().out.strip().splitlines()
     assert np.allclose(eval(mu), [0.0, 2.0, 0.0, math.sqrt(6)], atol=1e-12)
     assert eval(lam)[0] > 0
+    from featureode.ode import compile as fcompile
+
+    monkeypatch.setattr(fcompile, "BACKENDS", fcompile.BACKENDS.copy())
+    exec(compile(blocks[2], "extending.md", "exec"), {})
+    t10 = dict(line.split() for line in capsys.readouterr().out.strip().splitlines())
+    assert t10["numpy"] == t10["numpy_echo"] and float(t10["numpy"]) > 0

@@ -28,6 +28,22 @@ def test_in_support_loss_leaves_out_extended_modes():
     np.testing.assert_allclose(in_support_loss(f, v), [1.0, 0.25, 0.0], atol=1e-15)
 
 
+def test_relative_loss_by_hand_and_its_compiled_twin():
+    """One loss: L/L(0) by hand on the full mode set, and the integrator's scalar loop (what numba compiles; run here
+    as Python) gives the same numbers on random states."""
+    from featureode.ode.integrate import _relative_loss
+    from featureode.results.metrics import relative_loss
+
+    v = np.array([0.6, 0.8, 0.0])
+    f = np.array([[0.0, 0.0, 0.0], [0.3, 0.4, 0.5], [0.6, 0.8, -0.2]])
+    # by hand: 1, (0.09 + 0.16 + 0.25)/1, 0.04/1
+    np.testing.assert_allclose(relative_loss(f, v), [1.0, 0.5, 0.04], atol=1e-15)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        v, y = rng.normal(size=4), rng.normal(size=8)   # y = (f, D): the loss reads f = y[:M]
+        assert _relative_loss(v, y) == pytest.approx(float(relative_loss(y[:4], v)), rel=1e-14)
+
+
 def test_ratio_of_crossings_hand_cases():
     # both cross: exact
     r = Ratio.of_crossings(3.0, 10.0, 2.0, 10.0)

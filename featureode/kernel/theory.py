@@ -50,6 +50,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from featureode.core.basis import check_basis
 from featureode.calculus.activations import Activation
 from featureode.calculus.data import Spectrum
 from featureode.calculus.hermite import Mode
@@ -267,8 +268,7 @@ def kernel_theory(cfg: Any, basis: str | None = None, with_gram: bool = False, *
     e.g. from :meth:`Network.from_config`) and ``target`` (``cfg.target_obj()``) skip rebuilding them.
     """
     basis = basis or cfg.ode.basis
-    if basis not in ("target", "extended"):
-        raise KernelError(f"basis must be 'target' or 'extended', got {basis!r}")
+    check_basis(basis, KernelError)
     if network is None or target is None:
         spectrum = network.spectrum if network is not None and network.spectrum is not None else cfg.spectrum()
         network = network or Network.from_config(cfg, spectrum)

@@ -443,7 +443,8 @@ BACKENDS.register("numba", NumbaBackend())
 
 def register_backend(backend: Backend, replace: bool = False) -> Backend:
     """Add ``backend`` (an object with ``name``, ``version`` and ``source(system)``) to :data:`BACKENDS`."""
-    return BACKENDS.register(getattr(backend, "name", ""), backend, replace=replace)
+    _check_backend(getattr(backend, "name", "?"), backend)
+    return BACKENDS.register(backend.name, backend, replace=replace)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from featureode.core.basis import check_basis
 from featureode.core.errors import FeatureODEError
 from featureode.results.metrics import crossing_time
 from featureode.results.trajectory import Trajectory, TrajectoryFileError
@@ -97,8 +98,7 @@ def replay(mlp: Trajectory, *, basis: str = "target", n_points: int = 200, rtol:
     (target basis) or its ``gram`` array (extended basis), on ``mlp.modes`` with target ``mlp.target``; output
     at the measurement times plus ``n_points`` log-spaced times. Raises :class:`ReplayError` naming what is missing."""
     where = f" of {source}" if source else ""
-    if basis not in ("target", "extended"):
-        raise ReplayError(f"replay: basis must be 'target' or 'extended', got {basis!r}")
+    check_basis(basis, ReplayError, "replay: basis")
     if mlp.kind != "mlp":
         raise ReplayError(f"replay needs a simulation (kind 'mlp'), got a trajectory of kind {mlp.kind!r}{where}")
     v = np.asarray(mlp.target, float)

@@ -33,6 +33,7 @@ from featureode.ode import integrate
 
 from featureode.ode import terms as ode
 from featureode.ode.compile import Compiled, compile_system
+from featureode.results.metrics import in_support_loss, relative_loss
 from featureode.results.trajectory import ODEResult, Status, Trajectory
 from featureode.ode.variants import Variant, variants_from_config
 
@@ -126,18 +127,6 @@ def _second_order_inputs(theory: Any) -> tuple[np.ndarray, np.ndarray]:
     return so.S, np.maximum(np.diag(so.S), 1e-30)
 
 
-def _loss(v: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """``L/L(0) = Σ_β (v_β − f_β)² / Σ_β v_β²`` on the mode set, for ``f`` of shape (..., M)."""
-    return np.sum((v - f) ** 2, axis=-1) / np.sum(v**2)
-
-
-def _in_support_loss(v: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """``Σ_{β: v_β ≠ 0} (v_β − f_β)² / Σ_β v_β²``: the loss on the target's own modes (equal to :func:`_loss` on the
-    target basis; the extended basis also holds modes with ``v_β = 0``)."""
-    on = v != 0
-    return _loss(v[on], f[..., on])
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # systems, built and compiled once per variant spec
 # ----------------------------------------------------------------------------------------------------------------
@@ -185,7 +174,7 @@ def _loss_events(v: np.ndarray, m: int) -> list[Callable]:
     out = []
     for level in LEVELS:
         def event(t: float, y: np.ndarray, level: float = level) -> float:
-            return float(_loss(v, y[:m])) - level
+            return float(relative_loss(y[:m], v)) - level
         event.direction = -1.0
         out.append(event)
     return out
@@ -404,8 +393,8 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalu
         else:
             error = f"variant {variant.label!r}: integration failed at t ≈ {t_bad:.6g}: {message}"
     f = out.y[:, :m]
-    traj = Trajectory("ode", variant.label, tuple(str(x) for x in theory.modes), v, out.t, _loss(v, f), f=f,
-                      lam=out.lam, r=out.r, in_support_loss=_in_support_loss(v, f), t50=out.t_events[0],
+    traj = Trajectory("ode", variant.label, tuple(str(x) for x in theory.modes), v, out.t, relative_loss(f, v), f=f,
+                      lam=out.lam, r=out.r, in_support_loss=in_support_loss(f, v), t50=out.t_events[0],
                       t10=out.t_events[1], arrays={"D": out.y[:, m:], "s": out.s}, meta={"info": info},
                       status=Status(complete=error is None, reached_t=float(out.t[-1]) if out.t.size else 0.0,
                                     error=error))

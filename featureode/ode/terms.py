@@ -31,6 +31,7 @@ from typing import Iterable, Mapping, Sequence
 
 import sympy as sp
 
+from featureode.core.basis import check_basis
 from featureode.core.errors import FeatureODEError
 from featureode.calculus.hermite import Mode
 from featureode.ode.indexed import DerivativeContext, IndexSpace, differentiate, expand, free_indices, rename_shadowed
@@ -352,8 +353,7 @@ def build_system(closure: Term | None, *, scale: bool = False, basis: str = "tar
     ``removed``: term names replaced by their neutral value; ``replaced``: ``{term name: new body}`` (free indices
     must be among the term's). Both must name terms active in this system (callers validate and report).
     """
-    if basis not in ("target", "extended"):
-        raise AssemblyError(f"basis must be 'target' or 'extended', got {basis!r}")
+    check_basis(basis, AssemblyError)
     replaced = dict(replaced or {})
     removed = tuple(removed)
     eigen = None if closure is not None and is_eigen_law(closure) else EIGEN_GROWTH

@@ -36,13 +36,22 @@ def crossing_time(t: Sequence[float], ratio: Sequence[float], level: float) -> f
     return float(t_arr[k - 1] + frac * (t_arr[k] - t_arr[k - 1]))
 
 
+def relative_loss(f: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The loss as a fraction of its value at ``f = 0``: ``L/L(0) = Σ_β (v_β − f_β)² / Σ_β v_β²``, for ``f`` of shape
+    (..., M) and the target ``v`` of shape (M,). The one NumPy definition (the compiled integrator's scalar loop
+    ``featureode.ode.integrate._relative_loss`` is its machine-code twin, tested equal)."""
+    f, v = np.asarray(f, float), np.asarray(v, float)
+    return ((f - v) ** 2).sum(-1) / float((v**2).sum())
+
+
 def in_support_loss(f: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``Σ_β (v_β − f_β)² / Σ_β v_β²`` over the target's support (``v`` ≠ 0), for ``f`` of shape (..., M)."""
+    """:func:`relative_loss` over the target's support (``v`` ≠ 0), for ``f`` of shape (..., M): the loss on the
+    target's own modes (equal to :func:`relative_loss` on the target basis; the extended basis also holds modes with
+    ``v_β = 0``)."""
     support = np.asarray(v) != 0
     if not support.any():
         raise ValueError(f"the in-support loss needs a target with a nonzero coefficient v_β, got v = {v!r}")
-    v_s = np.asarray(v, float)[support]
-    return ((np.asarray(f, float)[..., support] - v_s) ** 2).sum(-1) / float((v_s**2).sum())
+    return relative_loss(np.asarray(f, float)[..., support], np.asarray(v, float)[support])
 
 
 def interp_log(t_new: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:

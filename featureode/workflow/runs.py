@@ -230,12 +230,16 @@ def _readable_archive(path: Path) -> bool:
         return False
 
 
-def prepare(out: "str | Path", cfg: Config, force: bool = False, wait: float | None = None) -> Path:
-    """Make ``out`` the run folder of ``cfg``: check the config (:func:`check_config`), create the folder, take its
-    lock for this process (held until :func:`release` or the process ends), refuse a folder holding results of
-    another config unless ``force`` (then remove what is stale), and write the stamp. Returns the folder."""
+def claim(out: "str | Path", cfg: Config, force: bool = False, wait: float | None = None,
+          extra: dict[str, Any] | None = None, check: bool = True) -> dict[str, Any] | None:
+    """The one way a folder becomes the run folder of ``cfg`` (``compare``/``solve``/``simulate`` through
+    :func:`prepare`, every sweep run): check the config (:func:`check_config`, unless ``check`` is false because the
+    caller has), create the folder, take its lock for this process (held until :func:`release`), refuse a folder
+    holding results of another config unless ``force`` (then remove what is stale, :func:`remove_stale`), and write
+    the stamp (with the ``extra`` keys, e.g. a sweep's point digest). Returns the previous stamp (``None``: none)."""
     out = Path(out)
-    check_config(cfg)
+    if check:
+        check_config(cfg)
     acquire(out, wait)
     try:
         old = read_stamp(out)
@@ -246,14 +250,22 @@ def prepare(out: "str | Path", cfg: Config, force: bool = False, wait: float | N
                                   "pass --force")
         if force:
             remove_stale(out, cfg, old)
-        write_json(out / STAMP, {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source}, indent=2)
+        write_json(out / STAMP, {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
+                                 **(extra or {})}, indent=2)
     except PermissionError as exc:
         release(out)
         raise _writable(out, exc) from None
     except BaseException:
         release(out)
         raise
-    return out
+    return old
+
+
+def prepare(out: "str | Path", cfg: Config, force: bool = False, wait: float | None = None) -> Path:
+    """Make ``out`` the run folder of ``cfg`` (:func:`claim`); the lock stays held until :func:`release` or the end
+    of the process. Returns the folder."""
+    claim(out, cfg, force=force, wait=wait)
+    return Path(out)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from featureode.core.basis import check_basis
 from featureode.config import Config, suggest
 from featureode.results.trajectory import (
     TrajectoryFileError,
@@ -95,8 +96,7 @@ def apply_basis(grid: Grid, basis: str | None) -> Grid:
     """``grid`` with ``ode.basis`` set for every point (``None``: unchanged)."""
     if basis is None:
         return grid
-    if basis not in ("target", "extended"):
-        raise GridError(f"--basis must be 'target' or 'extended', got {basis!r}")
+    check_basis(basis, GridError, "--basis")
     if "ode.basis" in grid.keys:
         raise GridError(f"{grid.source}: ode.basis is an axis of the grid; drop --basis")
     base = {sec: dict(vals) for sec, vals in grid.base.items()}

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from featureode.core.basis import BASES
 from featureode.core.errors import FeatureODEError
 from featureode.config import MLP_SECTIONS, Config, resolved_device
 from featureode.results.trajectory import TrajectoryFileError, read_json, write_json
 from featureode.workflow.grid import AUTO, probe_config
 from featureode.workflow.horizon import auto_t_max
-from featureode.workflow.runs import read_stamp
+from featureode.workflow.runs import STAMP, claim, locked, read_stamp, release, same_config
 
 #: The most networks trained together in one batch on a GPU.
 MAX_BATCH = 64
@@ -116,22 +117,20 @@ def stored_outcome(task: RunTask) -> RunOutcome | None:
 
 
 def _stamp(task: RunTask, cfg: Config) -> RunOutcome | None:
-    """Reuse a finished run of ``cfg`` in ``task.run_dir``, or stamp the folder for ``cfg`` (a folder stamped for
-    another config loses its stale ``report.json``/``ode.json``; ``compare`` reuses its MLP run if it matches)."""
+    """Reuse a finished run of ``cfg`` in ``task.run_dir``, or stamp the folder for ``cfg`` through
+    :func:`featureode.workflow.runs.claim` (the path ``compare`` takes, under the folder's lock): results of another
+    config are removed, a simulation of the same network is kept for ``compare`` to reuse."""
     folder = Path(task.run_dir)
-    old = _read_stamp(folder)
-    if old is not None and old["digest"] == cfg.digest():
-        found = _outcome_from_files(task, old)
-        if found is not None:
-            if old.get("point") != task.point_digest:
-                write_json(folder / "config.json", {**old, "point": task.point_digest})
-            return found
-    elif old is not None:
-        for stale in ("report.json", "ode.json"):
-            (folder / stale).unlink(missing_ok=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "config.json", {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
-                                        "point": task.point_digest})
+    with locked(folder):
+        old = _read_stamp(folder)
+        if old is not None and same_config(old, cfg):
+            found = _outcome_from_files(task, old)
+            if found is not None:
+                if old.get("point") != task.point_digest:
+                    write_json(folder / STAMP, {**old, "point": task.point_digest})
+                return found
+        claim(folder, cfg, force=True, extra={"point": task.point_digest}, check=False)
+        release(folder)  # claim's own hold; the block's ends with it
     return None
 
 
@@ -185,7 +184,7 @@ def _solve_many(todo: Sequence[tuple[int, RunTask, Config]]) -> dict[int, RunOut
 
     try:
         theories: dict[int, Any] = {}
-        for basis in ("target", "extended"):
+        for basis in BASES:
             part = [(i, c) for i, _, c in todo if c.ode.basis == basis]
             if part:
                 built = kernel_theory_batch([c for _, c in part], with_gram=basis == "extended")
