@@ -140,7 +140,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     """``featureode solve``: integrate every ODE variant; writes ``DIR/ode.json``."""
     from featureode.ode.solve import solve_config
 
-    res = solve_config(_config_for_out(args), args.out)
+    from featureode.workflow.runs import mark_finished
+
+    cfg = _config_for_out(args)
+    res = solve_config(cfg, args.out)
+    mark_finished(args.out, cfg, ("ode.json", "ode.npz"))
     for name, tr in res.variants.items():
         print(f"{name:<24} t50 = {_fmt(tr.t50)}   t10 = {_fmt(tr.t10)}")
     print(f"wrote {Path(args.out) / 'ode.json'}")
