@@ -164,7 +164,7 @@ def test_scheduler_that_does_not_answer(monkeypatch, capsys):
     assert executors.SCHEDULER_TIMEOUT_S <= 12
     monkeypatch.setattr(executors, "SCHEDULER_TIMEOUT_S", 2)
     t0 = time.time()
-    with pytest.raises(SweepError, match=rf"the Dask scheduler at 'tcp://127.0.0.1:{port}' did not answer within 2 s"):
+    with pytest.raises(SweepError, match=rf"nothing answers at tcp://127.0.0.1:{port} \(Connection refused\)"):
         make_executor("dask", 1, f"tcp://127.0.0.1:{port}")
     assert time.time() - t0 < 15
 

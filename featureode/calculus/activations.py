@@ -662,6 +662,9 @@ def get_activation(spec: "str | Activation | sp.Expr") -> Activation:
     """Look up a registered activation by name, or build one from an expression in ``u``."""
     if isinstance(spec, Activation):
         return spec
+    if not isinstance(spec, (str, sp.Expr)):
+        raise ActivationError(f"activation must be a name ({', '.join(sorted(ACTIVATIONS))}) or an expression in u, "
+                              f"got {type(spec).__name__} {spec!r:.60}")
     if isinstance(spec, str) and spec in ACTIVATIONS:
         return ACTIVATIONS.get(spec)
     return from_expression(spec)

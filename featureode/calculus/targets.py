@@ -34,6 +34,8 @@ class TargetError(FeatureODEError, ValueError):
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
                     r"|(?P<op>\*\*|[-+*/^(),]))", re.ASCII)   # ASCII only: \d would match "０" (U+FF10)
 _FUNCS = {"staircase", "sqrt", "pi"}
+#: The highest ``h<n>`` a target may name.
+MAX_HERMITE_INDEX = 100
 _ROUNDOFF = 1e-12  # relative size below which a coefficient from a floating-point rotation is round-off
 
 
@@ -100,6 +102,10 @@ def _check_tokens(text: str, d: int) -> None:
                 if int(coord.group(2)) >= d:
                     raise TargetError(f"target {text!r}: {name} at position {where} is out of range for d = {d} "
                                       f"(dimensions are 0-based: {coord.group(1)}0 … {coord.group(1)}{d - 1})")
+            elif herm and int(herm.group(1)) > MAX_HERMITE_INDEX:
+                raise TargetError(f"target {text!r}: {name} at position {where} has degree {int(herm.group(1))}, "
+                                  f"above the supported {MAX_HERMITE_INDEX} (the kernel needs derivative means up "
+                                  "to degree + 2, and a degree in the hundreds takes minutes to expand)")
             elif not herm and name not in _FUNCS:
                 raise TargetError(f"target {text!r}: unknown name {name!r} at position {where}; use z<i>, x<i>, "
                                   "h<n>(z<i>), staircase(k), sqrt, pi")
