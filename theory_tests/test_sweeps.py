@@ -341,7 +341,7 @@ def test_a_worker_that_dies_is_replaced_and_its_run_retried(executor, tmp_path, 
         ex.close()
     pid = int((tmp_path / f"died_{victim}").read_text())
     assert pid != os.getpid()                               # a worker died, not this process
-    assert not result.failed and len(result.outcomes) == 4
+    assert not result.failed and len(result.outcomes) == 4, [(o.name, o.status) for o in result.failed]
     monkeypatch.undo()
     run_sweep(load_grid(grid_path), tmp_path / "inline", ode_only=True, progress=False)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "swept" / "results.csv"),

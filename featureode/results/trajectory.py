@@ -299,11 +299,13 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno:   # name the file it was writing
+            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
         raise
 
 

@@ -298,8 +298,9 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
             raise GridError(f"{source}: unknown key {k!r} in [sweep]" + suggest(k, list(SWEEP_KEYS)))
     seeds = sweep.get("seeds", [0])
     if (not isinstance(seeds, list) or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        raise GridError(f"{source}: [sweep] seeds must be a non-empty list of non-negative integers, got {seeds!r}")
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds)):
+        raise GridError(f"{source}: [sweep] seeds must be a non-empty list of integers in [0, 2^32) (seeds are "
+                        f"32-bit), got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise GridError(f"{source}: [sweep] seeds lists a seed twice: {seeds!r}")
     template = sweep.get("name")

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Sequence
 
 from featureode.core.errors import FeatureODEError
 from featureode.config import MLP_SECTIONS, Config, config_from_dict
+from featureode.core.provenance import provenance
 from featureode.results.trajectory import ODEResult, Trajectory, TrajectoryFileError, check_npz, write_json
 
 #: How long a command waits for another command to release a folder before refusing.
@@ -285,8 +286,9 @@ def prepare(out: "str | Path", cfg: Config, force: bool = False, wait: float | N
         if force:
             remove_stale(out, cfg, old)
         unmark_finished(out)   # new work starts: the folder is finished again only when it says so at the end
-        write_json(out / STAMP, {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source}, indent=2)
-    except PermissionError as exc:
+        write_json(out / STAMP, {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
+                                 "provenance": provenance(cfg.training.device)}, indent=2)
+    except OSError as exc:   # EACCES, EROFS, ENOSPC, …
         release(out)
         raise _writable(out, exc) from None
     except BaseException:

@@ -67,6 +67,10 @@ def write_results(out: Path, columns: Sequence[str], rows: Sequence[dict[str, An
     for r in rows:
         writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
     write_text(out / "results.csv", buf.getvalue())
+    from featureode.core.provenance import provenance
+    from featureode.results.trajectory import write_json
+
+    write_json(out / "results.meta.json", {"columns": list(columns), "rows": len(rows), "provenance": provenance()})
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from featureode.core.errors import FeatureODEError
 from featureode.config import MLP_SECTIONS, Config, resolved_device
+from featureode.core.provenance import provenance
 from featureode.results.trajectory import TrajectoryFileError, read_json, write_json
 from featureode.workflow.grid import AUTO, probe_config
 from featureode.workflow.horizon import auto_t_max
@@ -137,6 +138,7 @@ def _stamp(task: RunTask, cfg: Config) -> RunOutcome | None:
     folder.mkdir(parents=True, exist_ok=True)
     unmark_finished(folder)
     write_json(folder / "config.json", {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
+                                        "provenance": provenance(cfg.training.device),
                                         "point": task.point_digest})
     return None
 
