@@ -373,3 +373,30 @@ def test_eigenvalue_range_and_text(eigs, ok):
     else:
         with pytest.raises(DataError, match="eigenvalues must be numbers in"):
             Spectrum.from_eigenvalues(eigs)
+
+
+def test_provenance_recorded_outside_the_digest_and_files_honour_the_umask(tmp_path):
+    from featureode.core.provenance import provenance
+    from featureode.results.trajectory import write_text
+
+    cfg = load_config(None)
+    out = runs.prepare(tmp_path / "run", cfg)
+    try:
+        stamp = json.loads((out / "config.json").read_text())
+    finally:
+        runs.release(out)
+    prov = stamp["provenance"]
+    for key in ("featureode", "python", "numpy", "sympy", "torch", "git_commit", "host", "device", "time"):
+        assert key in prov
+    assert prov["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert stamp["digest"] == cfg.digest() and "provenance" not in json.dumps(cfg.to_dict())
+    assert provenance()["time"] >= prov["time"]
+    old = os.umask(0o022)
+    try:
+        write_text(tmp_path / "a.txt", "x")
+        os.umask(0o077)
+        write_text(tmp_path / "b.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "b.txt").stat().st_mode & 0o777 == 0o600
