@@ -109,6 +109,7 @@ def cmd_kernel(args: argparse.Namespace) -> int:
     if args.hea_figure:
         from featureode.kernel.theory import exact_vs_hea_figure
 
+        _check_figure_path(args.hea_figure, "--hea-figure")
         exact_vs_hea_figure(args.hea_figure, cfg.network.activation, cfg.network.bias_std,
                             exponent=cfg.data.exponent, offset=cfg.data.offset)
     if args.json:
@@ -141,7 +142,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     """``featureode solve``: integrate every ODE variant; writes ``DIR/ode.json``."""
     from featureode.ode.solve import solve_config
 
-    res = solve_config(_config_for_out(args), args.out)
+    from featureode.workflow.runs import mark_finished
+
+    cfg = _config_for_out(args)
+    res = solve_config(cfg, args.out)
+    mark_finished(args.out, cfg, ("ode.json", "ode.npz"))
     for name, tr in res.variants.items():
         print(f"{name:<24} t50 = {_fmt(tr.t50)}   t10 = {_fmt(tr.t10)}")
     print(f"wrote {Path(args.out) / 'ode.json'}")
@@ -180,8 +185,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     finally:
         executor.close()
     _sweep_footer(res)
-    print(Path(args.out, "summary.md").read_text())
-    return 0
+    summary = Path(args.out, "summary.md")
+    if summary.exists():
+        print(summary.read_text())
+    return 1 if res.failed else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -206,7 +213,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         for path in natural_plots(args.out, grid, args.ode_only):
             print(f"wrote {path}")
-    return 0
+    return 1 if res.failed else 0
 
 
 def _sweep_footer(res: Any) -> None:
@@ -227,12 +234,35 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if not sep:
             raise PlotError(f"--where {item!r} must be KEY=VALUE, e.g. --where data.dim=16")
         where[key.strip()] = value.strip()
-    fig = phase_figure(read_results(args.dir), args.x, args.y, args.metric, args.variant, where or None)
     out = Path(args.out) if args.out else Path(args.dir) / "plots" / f"{args.metric}.png"
+    _check_figure_path(out, "--out")
+    fig = phase_figure(read_results(args.dir), args.x, args.y, args.metric, args.variant, where or None)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
     return 0
+
+
+def _check_figure_path(path: "str | Path", option: str) -> None:
+    """Refuse a figure file name whose extension matplotlib cannot write (before any work)."""
+    from featureode.workflow.plot import PlotError
+
+    suffix = Path(path).suffix.lower().lstrip(".")
+    formats = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
+    if suffix not in formats:
+        raise PlotError(f"{option} {str(path)!r}: the figure format {suffix or '(no extension)'!r} is not "
+                        f"supported; end the name in one of .{', .'.join(formats)}")
+
+
+def _os_error_text(exc: OSError) -> str:
+    """``PATH: ENOSPC (No space left on device)`` for an OS error (the errno's name and meaning)."""
+    import errno
+    import os
+
+    name = errno.errorcode.get(exc.errno) if exc.errno else None
+    meaning = exc.strerror or (os.strerror(exc.errno) if exc.errno else "") or str(exc) or type(exc).__name__
+    where = exc.filename if exc.filename is not None else ""
+    return f"{where}: " * bool(where) + (f"{name} ({meaning})" if name else meaning)
 
 
 def _fmt(x: Any) -> str:
@@ -258,12 +288,14 @@ examples:
   featureode compare --out featureode-out                  ODE vs MLP on the default run
   featureode validate quick --out runs/quick               a small validation grid
 
-Errors are one line "featureode: error: ..." with exit status 2 (--traceback shows the traceback);
-"featureode COMMAND --help" describes the arguments of a command."""
+Exit status: 0 when everything asked for is done; 2 for bad input or an unusable file system (one line
+"featureode: error: ...", naming the path and the errno for OS errors; --traceback shows the traceback); 1 when
+the command ran but some of its results failed (solve: a variant; sweep/validate: a run), each written with its
+status in ode.json / results.csv. "featureode COMMAND --help" describes the arguments of a command."""
 
 
-def _count(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer ≥ ``minimum``."""
+def _count(minimum: int, maximum: int | None = None, why: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer ≥ ``minimum`` (and ≤ ``maximum``, a stated limit: ``why``)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -271,8 +303,22 @@ def _count(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be an integer ≥ {minimum}, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be an integer ≥ {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum} ({why}), got {value}")
         return value
     return parse
+
+
+#: Stated limits of the foundation commands (beyond them the work takes minutes without a word).
+MAX_HERMITE_DEGREE = 1000
+MAX_DECOMPOSE_DIM = 10_000
+
+
+def _out_dir(text: str) -> str:
+    """An argparse type: a non-empty output folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a folder, got an empty string")
+    return text
 
 
 def _real(positive: bool = False) -> Callable[[str], float]:
@@ -310,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     h = add("hermite", cmd_hermite, "Hermite coefficients μ_0..μ_N of an activation")
     h.add_argument("activation", help="registered name (relu, erf, tanh, …) or an expression in u, e.g. 'u*tanh(u)'")
-    h.add_argument("--max-degree", type=_count(0), required=True, metavar="N",
+    h.add_argument("--max-degree", type=_count(0, MAX_HERMITE_DEGREE, "the closed forms take ~N² time, the "
+                                                   "quadrature ~N² digits of work"), required=True, metavar="N",
                    help="highest degree N ≥ 0 of μ_n. Cost: closed-form activations (relu, abs, erf, gelu, step, "
                    "polynomials) are exact by a Taylor recurrence, ~0.5 s for N = 200; the others (tanh, sigmoid, "
                    "softplus, silu, user expressions) use one 30-digit mpmath quadrature pass for all degrees, ~4 s for "
@@ -323,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = add("decompose", cmd_decompose, "Hermite modes and coefficients of a target")
     d.add_argument("target", help='e.g. "staircase(3)", "x0^2 + 0.5*x1*x2", "z0*z1 + h2(z0)"')
-    d.add_argument("--dim", type=_count(1), required=True, metavar="D", help="input dimension d ≥ 1")
+    d.add_argument("--dim", type=_count(1, MAX_DECOMPOSE_DIM, "the spectrum's exact form and the table grow with d"),
+                   required=True, metavar="D", help=f"input dimension 1 ≤ d ≤ {MAX_DECOMPOSE_DIM}")
     d.add_argument("--exponent", type=_real(), default=1.5, metavar="A",
                    help="power-law spectrum g_i ∝ (i + O)^(-A), A ≥ 0 (default 1.5)")
     d.add_argument("--offset", type=_real(positive=True), default=3.0, metavar="O",
@@ -347,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
                             ("compare", cmd_compare, "ODE vs MLP on one config: report.json/.md/.png")):
         c = add(name, fn, help_)
         c.add_argument("config", nargs="?", default=None, help=config_help)
-        c.add_argument("--out", required=name != "compare", default="featureode-out", metavar="DIR",
+        c.add_argument("--out", type=_out_dir, required=name != "compare", default="featureode-out", metavar="DIR",
                        help="output folder" + (" (default: featureode-out)" if name == "compare" else ""))
         c.add_argument("--force", action="store_true",
                        help="use DIR even if it holds results of a different config: remove those (and damaged "
@@ -378,13 +426,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = add("validate", cmd_validate, "run a shipped validation suite (a grid file: ODE vs MLP) as a sweep")
     v.add_argument("suite", choices=suite_names(), help="grid files in featureode/suites/")
-    v.add_argument("--out", required=True, metavar="DIR", help="output folder (DIR/runs/CASE per run, results.csv, "
+    v.add_argument("--out", type=_out_dir, required=True, metavar="DIR", help="output folder (DIR/runs/CASE per run, results.csv, "
                    "summary.md)")
     executor_options(v, "target")
 
     sw = add("sweep", cmd_sweep, "run every point of a grid file: DIR/results.csv, DIR/summary.md, DIR/runs/")
     sw.add_argument("grid", help="grid file (TOML: base, [set], [grid], [zip], [sweep])")
-    sw.add_argument("--out", required=True, metavar="DIR", help="output folder (DIR/runs/RUN per run, results.csv, "
+    sw.add_argument("--out", type=_out_dir, required=True, metavar="DIR", help="output folder (DIR/runs/RUN per run, results.csv, "
                     "summary.md)")
     executor_options(sw, None)
     sw.add_argument("--ode-only", action="store_true", help="the ODE's predictions only (no network trained)")
@@ -430,6 +478,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print("featureode: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
         return 130
+    except UnicodeDecodeError as exc:
+        if args.traceback:
+            raise
+        print(f"featureode: error: a file is not UTF-8 text ({exc.reason} at byte {exc.start}); give a text "
+              "(TOML, CSV, JSON) file", file=sys.stderr)
+        return 2
+    except OSError as exc:   # the file system: EROFS, ENOSPC, EACCES, ENAMETOOLONG, … (not a bug)
+        if args.traceback:
+            raise
+        print(f"featureode: error: {_os_error_text(exc)}", file=sys.stderr)
+        return 2
     except Exception as exc:
         if args.traceback or not isinstance(exc, USER_ERRORS):
             raise

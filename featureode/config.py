@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import math
+import numbers
 import os
 import re
 import sys
@@ -219,7 +220,7 @@ RULES: dict[str, dict[str, "Num | Choice"]] = {
         "ntk_probe": Num(int, 1, why="samples in the probe set of λ_top"),
         "max_steps": Num(int, 1, why="the most SGD steps of a run"),
         "n_test": Num(int, 1, why="samples in the test set"),
-        "n_points": Num(int, 1, why="log-spaced measurement times"),
+        "n_points": Num(int, 1, 100_000, why="log-spaced measurement times (each a measurement of the network)"),
         "t_min": Num(float, **_POS, why="the first measurement time after t = 0 (log-spaced times)"),
         "checkpoint_every": Num(int, 0, why="steps between checkpoints; 0 saves only when interrupted"),
         "threads": Num(int, 0, why="torch CPU threads; 0 is torch's default"),
@@ -230,11 +231,12 @@ RULES: dict[str, dict[str, "Num | Choice"]] = {
         "basis": Choice(BASES),
         "kappa": Num(float, 0, why="the AGOP constant κ; leave it out to derive κ = γ² c_1/Λ_1²", optional=True),
         "extended_degree": Num(int, 0, why="extra degrees of the extended basis"),
-        "extended_max_modes": Num(int, 1, why="the most modes of the extended basis"),
+        "extended_max_modes": Num(int, 1, 5000, why="the most modes of the extended basis (its Gram matrix costs "
+                                  "~2.5e-4 s per mode pair)"),
         "method": Choice(_ODE_METHODS),
         "rtol": Num(float, 0, 1, lo_open=True, hi_open=True, why="the relative tolerance of solve_ivp"),
         "atol": Num(float, **_POS, why="the absolute tolerance of solve_ivp"),
-        "n_points": Num(int, 2, why="output times of the ODE solution (t = 0 and log-spaced times)"),
+        "n_points": Num(int, 2, 100_000, why="output times of the ODE solution (t = 0 and log-spaced times)"),
         "backend": Choice(registry=_backends),
     },
 }
@@ -258,6 +260,10 @@ def _check_num(where: str, value: Any, rule: Num) -> Any:
     if value is None and rule.optional:
         return None
     kind = "an integer" if rule.kind is int else "a number"
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)   # numpy integers are integers
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where} must be {kind} {rule.range_text()}, got {_shown(value)} ({rule.why})")
     if not math.isfinite(value):

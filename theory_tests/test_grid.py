@@ -68,7 +68,7 @@ def test_name_template_and_its_errors(tmp_path):
     with pytest.raises(GridError, match=r"\{network.richnes\}, which is not a config key; did you mean "
                                         r"'network.richness'"):
         _grid('[grid]\n"network.richness" = [0.1]\n[sweep]\nname = "g{network.richnes}"\n', tmp_path)
-    with pytest.raises(GridError, match="gives the same run name 'x' to two points"):
+    with pytest.raises(GridError, match=r"gives the same run folder 'x' to point 0 \(network.richness = 0.1\) and point 1"):
         _grid('[grid]\n"network.richness" = [0.1, 0.2]\n[sweep]\nname = "x"\n', tmp_path).points()
 
 

@@ -151,7 +151,7 @@ def test_lock_waits_for_a_short_holder(tmp_path):
         t0 = time.monotonic()
         runs.acquire(tmp_path, wait=30.0)
         assert time.monotonic() - t0 < 30.0
-        assert (tmp_path / runs.LOCK).read_text() == str(os.getpid())
+        assert (tmp_path / runs.PID_FILE).read_text() == str(os.getpid())
         runs.release(tmp_path)
     finally:
         proc.join()
@@ -166,10 +166,14 @@ def test_lock_is_reentrant_within_a_process(tmp_path):
 
 
 def test_unwritable_folder_is_one_line(tmp_path, monkeypatch, capsys):
-    def refuse(*args, **kwargs):
-        raise PermissionError(13, "Permission denied")
+    class Refused:
+        def __init__(self, *args, **kwargs):
+            pass
 
-    monkeypatch.setattr(runs, "open", refuse, raising=False)
+        def acquire(self, *args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(runs, "_new_lock", Refused)
     with pytest.raises(runs.RunFolderError, match="cannot write to the output folder .*Permission denied"):
         runs.prepare(tmp_path / "out", load_config())
     assert main(["solve", "--out", str(tmp_path / "cli")]) == 2

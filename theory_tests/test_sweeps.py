@@ -164,7 +164,7 @@ def test_scheduler_that_does_not_answer(monkeypatch, capsys):
     assert executors.SCHEDULER_TIMEOUT_S <= 12
     monkeypatch.setattr(executors, "SCHEDULER_TIMEOUT_S", 2)
     t0 = time.time()
-    with pytest.raises(SweepError, match=rf"the Dask scheduler at 'tcp://127.0.0.1:{port}' did not answer within 2 s"):
+    with pytest.raises(SweepError, match=rf"nothing answers at tcp://127.0.0.1:{port} \(Connection refused\)"):
         make_executor("dask", 1, f"tcp://127.0.0.1:{port}")
     assert time.time() - t0 < 15
 
@@ -341,7 +341,7 @@ def test_a_worker_that_dies_is_replaced_and_its_run_retried(executor, tmp_path, 
         ex.close()
     pid = int((tmp_path / f"died_{victim}").read_text())
     assert pid != os.getpid()                               # a worker died, not this process
-    assert not result.failed and len(result.outcomes) == 4
+    assert not result.failed and len(result.outcomes) == 4, [(o.name, o.status) for o in result.failed]
     monkeypatch.undo()
     run_sweep(load_grid(grid_path), tmp_path / "inline", ode_only=True, progress=False)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "swept" / "results.csv"),

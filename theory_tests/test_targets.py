@@ -281,3 +281,27 @@ def test_bad_targets(text: str, d: int, message: str) -> None:
 def test_evaluate_wrong_dimension() -> None:
     with pytest.raises(TargetError, match="samples have 2 dimensions.*d = 3"):
         parse_target("z0", 3).evaluate(np.zeros((4, 2)))
+
+
+# --- issue 22 item 2: only ASCII mode names; double range -----------------------------------------------------
+@pytest.mark.parametrize("text,char", [("z０ + z1", "０"), ("z０*z0 + z1", "０"), ("z0*z1 + z٣", "٣"),
+                                       ("z0 − z1", "−"), ("z1 + α", "α"), ("ｚ0", "ｚ")])
+def test_non_ascii_refused_naming_the_character(text, char):
+    from featureode.calculus.targets import TargetError, parse_target
+    with pytest.raises(TargetError, match=f"character '{char}'") as err:
+        parse_target(text, 4)
+    assert "\n" not in str(err.value)
+
+
+def test_ascii_neighbours_still_parse():
+    from featureode.calculus.targets import parse_target
+    t = parse_target("z0 + z1", 4)
+    assert {str(m) for m in t.modes} == {"z0", "z1"}
+
+
+@pytest.mark.parametrize("text", ["1e400*z0", "1e-200*z0", "1e200*z0*z1"])
+def test_unnormalised_target_outside_double_range_refused(text):
+    from featureode.calculus.targets import TargetError, parse_target
+    with pytest.raises(TargetError, match="double precision"):
+        parse_target(text, 4, normalize=False)
+    assert parse_target(text, 4, normalize=True).coefficients == pytest.approx([1.0])

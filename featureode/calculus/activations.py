@@ -28,6 +28,7 @@ import sympy as sp
 from sympy.printing.numpy import SciPyPrinter
 
 from featureode.core.cache import cached_text
+from featureode.calculus import expfamily
 from featureode.core.errors import FeatureODEError
 from featureode.core.registry import Registry
 from featureode.calculus.hermite import check_order
@@ -102,7 +103,46 @@ class Activation:
     classical_order: int | None = None
     description: str = ""
     precision: int = 30
+    #: ``((c, p, a), …)`` with ``σ(u) = Σ c u^p e^{a u}`` (:mod:`featureode.calculus.expfamily`) when σ is
+    #: exponential-polynomial and not a polynomial: its kernel averages are then closed-form in ``b``
+    exp_terms: tuple | None = field(default=None, compare=False, repr=False)
     _derived: _Derived = field(default_factory=_Derived, compare=False, repr=False)
+
+    # growth -------------------------------------------------------------------------------------------------------
+    @cached_property
+    def q_growth(self) -> float:
+        """``κ`` with ``E_b[m_j m_k](Q) = O(poly(Q) e^{κQ})`` for exponential-polynomial σ (``κ = max Re(a²)``, may
+        be negative: ``sin``), 0 otherwise (σ growing slower than every exponential)."""
+        return expfamily.q_growth(self.exp_terms) if self.exp_terms else 0.0
+
+    @cached_property
+    def exp_rate(self) -> tuple[float, float]:
+        """``(c_−, c_+)``: ``|σ(u)| ≲ e^{c_± |u|}`` as ``u → ±∞`` (0 for growth slower than every exponential):
+        exact for exponential-polynomial σ, else measured from ``log(1 + σ²)/(2|u|)`` at ``|u| = 100, 200, 400``
+        (exponential growth when it no longer decreases, the rate then taken 10% above the value at 400)."""
+        if self.exp_terms:
+            re = [float(sp.re(a)) for _, _, a in self.exp_terms]
+            return (max(0.0, -min(re)), max(0.0, max(re)))
+        if self.mean0 is not None:   # closed forms of the registry: relu, erf, … (no exponential growth)
+            return (0.0, 0.0)
+        f = self.mpmath_function
+        out = []
+        for sign in (-1, 1):
+            try:
+                with mpmath.workdps(30):
+                    r = [float(mpmath.log(1 + mpmath.re(f(mpmath.mpf(sign * u))) ** 2) / (2 * u))
+                         for u in (100, 200, 400)]
+            except (ValueError, TypeError, ZeroDivisionError, OverflowError, ArithmeticError):
+                r = [0.0, 0.0, 0.0]
+            out.append(1.1 * r[2] if r[2] > 1e-3 and r[2] >= 0.9 * r[1] else 0.0)
+        return (out[0], out[1])
+
+    def bias_average(self, j: int, k: int, bias_std: float, tilt: float = 0.0) -> Callable[[Any], np.ndarray]:
+        """``Q ↦ E_b[m_j(b, √Q) m_k(b, √Q)] e^{−tilt·Q}``, ``b ~ N(0, σ_b²)``, in closed form (exponential-polynomial
+        σ only: :func:`featureode.calculus.expfamily.bias_average`)."""
+        if not self.exp_terms:
+            raise ActivationError(f"activation {self.name!r} has no closed-form bias average")
+        return expfamily.bias_average(self.exp_terms, int(j), int(k), float(bias_std), float(tilt))
 
     # exact --------------------------------------------------------------------------------------------------------
     @property
@@ -149,7 +189,12 @@ class Activation:
         have = table.get((b, s))
         if have is None or len(have) <= n_max:
             size = max(n_max, 2 * len(have) if have else 8)
-            have = point_means(self.mean0, B, S, _rational(b), _rational(s), size)
+            if self.exp_terms:   # the complex exponentials are the recurrences' supported form
+                have = point_means(expfamily.mean0_complex(self.exp_terms, B, S), B, S, _rational(b),
+                                   _rational(s), size)
+                have = None if have is None else [_real_part(v) for v in have]
+            else:
+                have = point_means(self.mean0, B, S, _rational(b), _rational(s), size)
             if have is None:  # a closed form outside the supported terms: differentiate symbolically
                 have = [self.mean_expr(k).subs({B: _rational(b), S: _rational(s)}) for k in range(size + 1)]
             table[(b, s)] = have
@@ -206,7 +251,7 @@ class Activation:
         if self.mean0 is not None or s == 0:
             return [self.hermite(n, b, s) for n in range(n_max + 1)]
         vals = hermite_quad_all(self.mpmath_function, [float(c) for c in self.kinks], n_max, b, s,
-                                self.precision, self.name, ActivationError)
+                                self.precision, self.name, ActivationError, self.exp_rate)
         return [Coefficient(float(v), None, float(e)) for v, e in vals]
 
     def hermite_mp(self, n: int, b: float = 0.0, s: float = 1.0) -> mpmath.mpf:
@@ -242,7 +287,7 @@ class Activation:
         table = self._derived.quad
         if key not in table:
             table[key] = hermite_quad(self.mpmath_function, [float(c) for c in self.kinks], n, b, s,
-                                      self.precision, self.name, ActivationError)
+                                      self.precision, self.name, ActivationError, self.exp_rate)
         return table[key]
 
     # vectorised ---------------------------------------------------------------------------------------------------
@@ -272,7 +317,7 @@ class Activation:
             while j > 0 and self.derivative_expr(j).has(sp.DiracDelta):
                 j -= 1
             dj = sp.lambdify(U, _stable(self.derivative_expr(j)), modules=[_numpy_namespace(), "scipy", "numpy"])
-            fn = composite_mean(dj, k - j, kinks, nodes)
+            fn = composite_mean(dj, k - j, kinks, nodes, self.exp_rate)
         table[key] = fn
         return fn
 
@@ -412,6 +457,12 @@ def _torch_namespace() -> dict[str, Any]:
     ns.update({"select": select, "reduce": maximum_reduce, "maximum": maximum, "minimum": minimum,
                "heaviside": heaviside, "pi": math.pi, "e": math.e})
     return ns
+
+
+def _real_part(v: sp.Expr) -> sp.Expr:
+    """The real part of an exact constant built from complex exponentials (real in value)."""
+    v = sp.sympify(v)
+    return v if v.is_real else sp.re(sp.expand_complex(v))
 
 
 def _rational(x: float) -> sp.Rational:
@@ -598,14 +649,22 @@ def from_expression(text: "str | sp.Expr", name: str | None = None, precision: i
         raise ActivationError(ACTIVATIONS.unknown_message(str(text))
                               + (f" (undefined symbols: {', '.join(sorted(map(str, extra)))})" if extra else ""))
     check_gaussian_means(expr, name or str(expr))
-    mean0 = _polynomial_mean(expr) if expr.is_polynomial(U) else None
-    return Activation(name or str(expr), expr, mean0, None, f"user expression {expr}", precision)
+    terms = None
+    if expr.is_polynomial(U):
+        mean0 = _polynomial_mean(expr)
+    else:
+        terms = expfamily.exp_terms(expr, U)
+        mean0 = expfamily.mean0_real(terms, B, S) if terms else None
+    return Activation(name or str(expr), expr, mean0, None, f"user expression {expr}", precision, terms)
 
 
 def get_activation(spec: "str | Activation | sp.Expr") -> Activation:
     """Look up a registered activation by name, or build one from an expression in ``u``."""
     if isinstance(spec, Activation):
         return spec
+    if not isinstance(spec, (str, sp.Expr)):
+        raise ActivationError(f"activation must be a name ({', '.join(sorted(ACTIVATIONS))}) or an expression in u, "
+                              f"got {type(spec).__name__} {spec!r:.60}")
     if isinstance(spec, str) and spec in ACTIVATIONS:
         return ACTIVATIONS.get(spec)
     return from_expression(spec)

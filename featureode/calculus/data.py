@@ -8,6 +8,7 @@ be rotated with it.
 from __future__ import annotations
 
 import functools
+import re
 
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -21,6 +22,9 @@ from featureode.core.errors import FeatureODEError
 EXACT_MAX_DIM = 64  # power-law spectra keep an exact SymPy form up to this dimension
 #: the largest input dimension: the spectrum, each weight vector and each sample hold d numbers (8 bytes each)
 MAX_DIM = 10_000_000
+#: Explicit eigenvalues must lie in this range: beyond it sums, products and powers of g leave double precision.
+EIG_RANGE = (1e-100, 1e100)
+_RATIONAL_TEXT = re.compile(r"\s*\+?(\d+(\.\d*)?|\.\d+)(/\d+)?\s*", re.ASCII)
 
 
 class DataError(FeatureODEError, ValueError):
@@ -99,10 +103,13 @@ class Spectrum:
         exact, bad = [], []
         for i, v in enumerate(vals):
             try:
-                if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, str, np.integer, np.floating)):
                     raise TypeError
+                if isinstance(v, str) and not _RATIONAL_TEXT.fullmatch(v):
+                    raise ValueError   # only exact rationals as text ("1/3", "0.25"), not "pi" or "1e400"
+                v = v.item() if isinstance(v, (np.integer, np.floating)) else v
                 e = sp.nsimplify(v, rational=True) if isinstance(v, (str, int)) else sp.Float(v)
-                ok = bool(e.is_number and e.is_real and e.is_finite and e > 0)
+                ok = bool(e.is_number and e.is_real and e.is_finite and EIG_RANGE[0] <= e <= EIG_RANGE[1])
             except (sp.SympifyError, TypeError, ValueError, SyntaxError):
                 ok = False
             if not ok:
@@ -110,7 +117,8 @@ class Spectrum:
             else:
                 exact.append(e)
         if bad:
-            raise DataError(f"eigenvalues must be finite numbers > 0; bad entries (index, value): {bad}")
+            raise DataError(f"eigenvalues must be numbers in [{EIG_RANGE[0]:g}, {EIG_RANGE[1]:g}] (or exact "
+                            f"rationals as text, e.g. \"1/3\"); bad entries (index, value): {bad}")
         floats = np.array([float(v) for v in exact])
         rise = np.flatnonzero(np.diff(floats) > 0)
         if rise.size:

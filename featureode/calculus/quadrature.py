@@ -25,14 +25,19 @@ _QUAD_CHUNK = 1 << 21  # evaluation points per block in composite_mean
 
 
 def hermite_quad(f: Callable[[mpmath.mpf], mpmath.mpf], kinks: Sequence[float], n: int, b: float, s: float,
-                 precision: int, name: str, error: type[Exception]) -> tuple[mpmath.mpf, mpmath.mpf]:
+                 precision: int, name: str, error: type[Exception], growth: tuple[float, float] = (0.0, 0.0)
+                 ) -> tuple[mpmath.mpf, mpmath.mpf]:
     """``(μ_n, error estimate)`` for ``σ = f`` (an mpmath function) at ``precision`` digits; ``error`` is raised
-    when the estimate exceeds ``10^−precision`` relative."""
+    when the estimate exceeds ``10^−precision`` relative. ``growth = (c_−, c_+)``: ``|σ(u)| ≲ e^{c_±|u|}``; the
+    integrand ``e^{c s ξ} φ(ξ)`` then peaks at ``ξ = ±c s``, where the interval is split too."""
     he = sp.lambdify(sp.Symbol("x"), sp.hermite_prob(n, sp.Symbol("x")), modules="mpmath")
     with mpmath.workdps(precision + 10):
         norm = 1 / (mpmath.sqrt(2 * mpmath.pi) * mpmath.sqrt(mpmath.factorial(n)))
         # split at ξ = 0 and wherever σ(s ξ + b) may be non-smooth
         cuts = {(mpmath.mpf(c) - mpmath.mpf(b)) / s for c in kinks}
+        for peak in (-growth[0] * s, growth[1] * s):
+            if peak:
+                cuts |= {mpmath.mpf(peak) + d for d in (-4, 0, 4)}
         pts = [-mpmath.inf, *sorted(cuts | {mpmath.mpf(0)}), mpmath.inf]
         val, err = mpmath.quad(lambda x: f(s * x + b) * he(x) * mpmath.exp(-x * x / 2), pts,
                                error=True, maxdegree=10)
@@ -46,14 +51,17 @@ def hermite_quad(f: Callable[[mpmath.mpf], mpmath.mpf], kinks: Sequence[float], 
         return +val, +err  # inside the context: unary + rounds to the working precision
 
 
-def composite_mean(dj: Callable[[np.ndarray], Any], p: int, kinks: np.ndarray, quad_nodes: int
-                   ) -> Callable[[Any, Any], np.ndarray]:
+def composite_mean(dj: Callable[[np.ndarray], Any], p: int, kinks: np.ndarray, quad_nodes: int,
+                   growth: tuple[float, float] = (0.0, 0.0)) -> Callable[[Any, Any], np.ndarray]:
     """``(b, s) ↦ s^{−p} E[σ^{(j)}(b + s ξ) He_p(ξ)]`` (``= m_{j+p}(b, s)``) with ``dj = σ^{(j)}`` vectorised.
 
     Composite Gauss–Legendre over ``|ξ| ≤ XI_MAX``, split at the kinks ``ξ_c = (c − b)/s`` of σ, each piece on
     panels of width at most ``1/max(s, 1)`` in ξ, i.e. at most 1 in ``u``, with ``quad_nodes`` nodes each: the
     features of σ (width O(1) in ``u``) stay resolved for every scale ``s`` (Gauss–Hermite would need O(s²) nodes).
+    ``growth = (c_−, c_+)`` (``|σ(u)| ≲ e^{c_±|u|}``) widens the window to ``[−XI_MAX − c_− s, XI_MAX + c_+ s]``,
+    where the tilted integrand ``e^{c s ξ} φ(ξ)`` lives, with proportionally more panels.
     """
+    c_lo, c_hi = float(growth[0]), float(growth[1])
     nodes, weights = np.polynomial.legendre.leggauss(quad_nodes)
     he = np.polynomial.hermite_e.HermiteE.basis(p)
 
@@ -62,7 +70,9 @@ def composite_mean(dj: Callable[[np.ndarray], Any], p: int, kinks: np.ndarray, q
         shape = b.shape
         b, s = b.ravel(), s.ravel()
         out = np.empty(b.shape)
-        level = np.ceil(np.log2(np.maximum(s, 1.0))).astype(int)  # panels double with s
+        lo_end, hi_end = XI_MAX + c_lo * s, XI_MAX + c_hi * s          # window per point
+        spread = (lo_end + hi_end) / (2 * XI_MAX)
+        level = np.ceil(np.log2(np.maximum(s * spread, 1.0))).astype(int)  # panels double with s
         for lv in np.unique(level):
             sel = np.flatnonzero(level == lv)
             panels = PANELS * 2**lv
@@ -75,9 +85,9 @@ def composite_mean(dj: Callable[[np.ndarray], Any], p: int, kinks: np.ndarray, q
                 # windows of |ξ| ≤ XI_MAX between the kinks of σ, each with the composite rule
                 with np.errstate(divide="ignore", invalid="ignore"):
                     inner = (kinks - b[rows, None]) / s[rows, None]
-                inner = np.clip(np.nan_to_num(inner, nan=0.0), -XI_MAX, XI_MAX)
-                ends = np.full((rows.size, 1), XI_MAX)
-                edges = np.sort(np.concatenate([-ends, inner, ends], axis=1), axis=1)
+                lo_r, hi_r = lo_end[rows, None], hi_end[rows, None]
+                inner = np.clip(np.nan_to_num(inner, nan=0.0), -lo_r, hi_r)
+                edges = np.sort(np.concatenate([-lo_r, inner, hi_r], axis=1), axis=1)
                 width = np.diff(edges, axis=1)[..., None]
                 xi = edges[:, :-1, None] + width * t
                 u = b[rows, None, None] + s[rows, None, None] * xi
@@ -89,8 +99,8 @@ def composite_mean(dj: Callable[[np.ndarray], Any], p: int, kinks: np.ndarray, q
 
 
 def hermite_quad_all(f: Callable[[mpmath.mpf], mpmath.mpf], kinks: Sequence[float], n_max: int, b: float,
-                     s: float, precision: int, name: str, error: type[Exception]
-                     ) -> list[tuple[mpmath.mpf, mpmath.mpf]]:
+                     s: float, precision: int, name: str, error: type[Exception],
+                     growth: tuple[float, float] = (0.0, 0.0)) -> list[tuple[mpmath.mpf, mpmath.mpf]]:
     """``[(μ_n, error estimate) for n = 0 … n_max]`` from one pass over the nodes (``h_n`` by the three-term
     recurrence at every node), for many degrees at once.
 
@@ -98,7 +108,8 @@ def hermite_quad_all(f: Callable[[mpmath.mpf], mpmath.mpf], kinks: Sequence[floa
     ``10^−(precision+10)``, split at ``ξ = 0`` and at the kinks of σ, panels of width at most ``1/(2 max(s, 1))``
     (the features of σ) and ``4/sqrt(N+1)`` (the oscillation of ``h_N``); the error estimate of each coefficient is
     its change when the panels are halved, and ``error`` is raised, naming the first degree, where it exceeds
-    ``10^−precision`` relative."""
+    ``10^−precision`` relative. ``growth = (c_−, c_+)`` (``|σ(u)| ≲ e^{c_±|u|}``) extends the window to
+    ``[−L − c_− s, L + c_+ s]``, where the integrand ``e^{c s ξ} φ(ξ)`` lives."""
     from mpmath.calculus.quadrature import GaussLegendre
 
     with mpmath.workdps(precision + 15):
@@ -107,8 +118,9 @@ def hermite_quad_all(f: Callable[[mpmath.mpf], mpmath.mpf], kinks: Sequence[floa
         L = mpmath.mpf(8)
         while float(mpmath.log10(mpmath.npdf(L))) + n_max * float(mpmath.log10(L)) - logfact > -(precision + 10):
             L += mpmath.mpf(1) / 2
-        cuts = sorted({-L, L, mpmath.mpf(0)} | {(mpmath.mpf(c) - b) / s for c in kinks
-                                                if abs((mpmath.mpf(c) - b) / s) < L})
+        lo_end, hi_end = -L - growth[0] * s, L + growth[1] * s
+        cuts = sorted({lo_end, hi_end, mpmath.mpf(0)} | {(mpmath.mpf(c) - b) / s for c in kinks
+                                                          if lo_end < (mpmath.mpf(c) - b) / s < hi_end})
         nodes = GaussLegendre(mpmath.mp).calc_nodes(4, mpmath.mp.prec)  # 24 nodes on [−1, 1]
         sq = [mpmath.sqrt(n) for n in range(n_max + 2)]
         width = min(1 / (2 * max(s, 1)), 4 / mpmath.sqrt(n_max + 1))

@@ -14,6 +14,7 @@ reported separately (``constant``) and is not a mode of the normalised target.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -31,8 +32,10 @@ class TargetError(FeatureODEError, ValueError):
 
 
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
-                    r"|(?P<op>\*\*|[-+*/^(),]))")
+                    r"|(?P<op>\*\*|[-+*/^(),]))", re.ASCII)   # ASCII only: \d would match "０" (U+FF10)
 _FUNCS = {"staircase", "sqrt", "pi"}
+#: The highest ``h<n>`` a target may name.
+MAX_HERMITE_INDEX = 100
 _ROUNDOFF = 1e-12  # relative size below which a coefficient from a floating-point rotation is round-off
 
 
@@ -43,7 +46,7 @@ def _z(i: int) -> sp.Symbol:
 
 def _z_index(sym: Any) -> int | None:
     """``i`` when ``sym`` is the symbol ``z_i``, else ``None``."""
-    m = re.fullmatch(r"z(\d+)", sym.name) if isinstance(sym, sp.Symbol) else None
+    m = re.fullmatch(r"z(\d+)", sym.name, re.ASCII) if isinstance(sym, sp.Symbol) else None
     return int(m.group(1)) if m else None
 
 
@@ -72,7 +75,13 @@ def _check_syntax(text: str) -> str:
 
 
 def _check_tokens(text: str, d: int) -> None:
-    """Reject unknown names, out-of-range dimensions and stray characters, saying where."""
+    """Reject unknown names, out-of-range dimensions and stray characters (anything outside printable ASCII:
+    full-width digits, Unicode letters and minus signs), saying where."""
+    for at, ch in enumerate(text):
+        if not (32 <= ord(ch) < 127 or ch in "\t"):
+            raise TargetError(f"cannot parse target {text!r}: character {ch!r} (U+{ord(ch):04X}) at position {at} "
+                              "is not ASCII; mode names are ASCII letters and digits (z0, x3, h2(z1)) and "
+                              "operators + - * / ^ ( )")
     pos = 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -84,8 +93,8 @@ def _check_tokens(text: str, d: int) -> None:
         name = m.group("name")
         if name is not None:
             where = m.start("name")
-            coord = re.fullmatch(r"([xz])(\d+)", name)
-            herm = re.fullmatch(r"h(\d+)", name)
+            coord = re.fullmatch(r"([xz])(\d+)", name, re.ASCII)
+            herm = re.fullmatch(r"h(\d+)", name, re.ASCII)
             if coord:
                 if len(coord.group(2)) > 1 and coord.group(2).startswith("0"):
                     raise TargetError(f"target {text!r}: {name} at position {where} has a leading zero; write "
@@ -93,6 +102,10 @@ def _check_tokens(text: str, d: int) -> None:
                 if int(coord.group(2)) >= d:
                     raise TargetError(f"target {text!r}: {name} at position {where} is out of range for d = {d} "
                                       f"(dimensions are 0-based: {coord.group(1)}0 … {coord.group(1)}{d - 1})")
+            elif herm and int(herm.group(1)) > MAX_HERMITE_INDEX:
+                raise TargetError(f"target {text!r}: {name} at position {where} has degree {int(herm.group(1))}, "
+                                  f"above the supported {MAX_HERMITE_INDEX} (the kernel needs derivative means up "
+                                  "to degree + 2, and a degree in the hundreds takes minutes to expand)")
             elif not herm and name not in _FUNCS:
                 raise TargetError(f"target {text!r}: unknown name {name!r} at position {where}; use z<i>, x<i>, "
                                   "h<n>(z<i>), staircase(k), sqrt, pi")
@@ -106,6 +119,26 @@ def check_target_text(text: str, dim: int) -> None:
         raise TargetError(f"target must be a non-empty string, got {text!r}")
     _check_tokens(text, dim)
     _check_syntax(text)
+
+
+def _check_double_range(text: str, items: list[tuple[Mode, sp.Expr]]) -> None:
+    """Refuse coefficients (and a variance ``Σ v_α²``) that double precision cannot hold: the ODE's loss would be
+    ``inf`` or ``0/0``."""
+    vals = []
+    for m, c in items:
+        try:
+            v = float(c)
+        except (TypeError, ValueError):
+            raise TargetError(f"target {text!r}: the coefficient of {m} is not a real number ({c})") from None
+        if not math.isfinite(v):
+            raise TargetError(f"target {text!r}: the coefficient of {m} is {sp.N(c, 6)}, beyond double precision "
+                              "(|v| < 1.8e308); rescale the target")
+        vals.append(v)
+    var = math.fsum(v * v for v in vals)
+    if vals and not (1e-300 < var < 1e300):
+        raise TargetError(f"target {text!r}: its variance Σ v_α² = {sp.N(sum(c**2 for _, c in items), 6)} is "
+                          "outside the range double precision can hold (1e-300 … 1e300), so the loss would be "
+                          "0 or inf; rescale the target (or keep target.normalize = true)")
 
 
 @dataclass(frozen=True)
@@ -174,6 +207,7 @@ class Target:
             items = [(m, sp.radsimp(c / norm) if var.is_Rational else c / norm) for m, c in items]
         elif const != 0:
             items = [(Mode(), const)] + items
+        _check_double_range(text, items)
         return cls(text, dim, tuple(m for m, _ in items), tuple(c for _, c in items), const, normalize)
 
 
@@ -186,8 +220,8 @@ def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) 
     """
     d = spectrum if isinstance(spectrum, int) else spectrum.dim
     check_target_text(text, d)
-    ns: dict[str, Any] = {f"z{i}": _z(i) for i in {int(n) for n in re.findall(r"\bz(\d+)\b", text)}}
-    used_x = sorted({int(n) for n in re.findall(r"\bx(\d+)\b", text)})
+    ns: dict[str, Any] = {f"z{i}": _z(i) for i in {int(n) for n in re.findall(r"\bz(\d+)\b", text, re.ASCII)}}
+    used_x = sorted({int(n) for n in re.findall(r"\bx(\d+)\b", text, re.ASCII)})
     if isinstance(spectrum, Spectrum):
         if spectrum.rotation is not None:  # user coordinates x_u = R x_eigen, x_eigen,i = sqrt(g_i) z_i
             rot = spectrum.rotation
@@ -212,7 +246,7 @@ def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) 
             raise TargetError(f"target {text!r}: staircase(k) takes one integer, got {len(args)} arguments")
         return staircase_expr(args[0], d)
 
-    for m in set(re.findall(r"\bh(\d+)\b", text)):
+    for m in set(re.findall(r"\bh(\d+)\b", text, re.ASCII)):
         ns[f"h{m}"] = _h(int(m))
     ns["staircase"] = _staircase
     ns["sqrt"], ns["pi"] = sp.sqrt, sp.pi
@@ -226,6 +260,10 @@ def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) 
     if not isinstance(expr, sp.Expr):
         raise TargetError(f"target {text!r} is not a single expression (got {type(expr).__name__} {expr})")
     expr = sp.expand(expr)
+    stray = sorted(str(v) for v in expr.free_symbols if _z_index(v) is None)
+    if stray:
+        raise TargetError(f"target {text!r}: unknown name(s) {', '.join(stray)}; use z<i>, x<i>, h<n>(z<i>), "
+                          "staircase(k), sqrt, pi")
     index = sorted(i for i in map(_z_index, expr.free_symbols) if i is not None)
     zs = [_z(i) for i in index]
     if not expr.is_polynomial(*zs):

@@ -158,7 +158,9 @@ class Report:
     def write(self, out: "str | Path", variant: "str | Sequence[str] | None" = None) -> None:
         """Write ``out/report.json``, ``report.md`` and ``report.png`` (atomically)."""
         out = Path(out)
-        write_json(out / "report.json", self.to_json())
+        from featureode.core.provenance import provenance
+
+        write_json(out / "report.json", {**self.to_json(), "provenance": provenance()})
         write_text(out / "report.md", self.markdown())
         buf = io.BytesIO()
         self.figure(variant).savefig(buf, format="png", dpi=110)

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from featureode.calculus.activations import Activation
+from featureode.calculus.activations import Activation, ActivationError
 from featureode.kernel.hea import _level_coefficients
 from featureode.kernel.initlaw import (
     MAX_ORDER,
@@ -20,9 +20,10 @@ from featureode.kernel.initlaw import (
     bias_rule,
     gauss_rule,
     q_law,
+    tilt_factor,
 )
 from featureode.kernel.network import Network
-from featureode.kernel.perneuron import Term, check_integrable
+from featureode.kernel.perneuron import Term, check_growth, check_integrable
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -94,6 +95,34 @@ def _mean_table(act: Activation, rule: BiasRule, y0: float, step: float) -> Mean
     return MeanTable(act, rule, y0, step)
 
 
+class ClosedMeanTable:
+    """``F_{jk}(Q) e^{−κQ}`` of an exponential-polynomial activation in closed form
+    (:meth:`Activation.bias_average`), on a :class:`QGrid` (the same interface as :class:`MeanTable`); ``κ`` is the
+    tilt of the law of ``Q`` it is averaged against."""
+
+    def __init__(self, act: Activation, bias_std: float, tilt: float, grid: QGrid):
+        self.act, self.bias_std, self.tilt, self.grid = act, float(bias_std), float(tilt), grid
+        self._F: dict[tuple[int, int], np.ndarray] = {}
+
+    def F(self, j: int, k: int, rows: np.ndarray) -> np.ndarray:
+        cache = self._F.get((j, k))
+        if cache is None:
+            cache = self._F[(j, k)] = self.F_at(j, k, self.grid.Q)
+        return cache[rows]
+
+    def F_at(self, j: int, k: int, Q: np.ndarray) -> np.ndarray:
+        vals = self.act.bias_average(j, k, self.bias_std, self.tilt)(np.asarray(Q, dtype=float))
+        if not np.all(np.isfinite(vals)):
+            raise ActivationError(f"activation {self.act.name!r}: the closed-form bias average E_b[m_{j} m_{k}] "
+                                  "is not finite on the grid of |ŵ|²; lower the growth of σ or σ_b")
+        return vals
+
+
+@lru_cache(maxsize=8)
+def _closed_table(act: Activation, bias_std: float, tilt: float, grid: QGrid) -> ClosedMeanTable:
+    return ClosedMeanTable(act, bias_std, tilt, grid)
+
+
 class QuadratureAverager:
     """Deterministic ``E[ŵ^{2γ} (P) m_j m_k] = mass · Σ_Q w(Q) F_{jk}(Q)`` over the init law of a :class:`Network`:
     the measure from the network's :class:`~featureode.kernel.initlaw.QLaw`, ``F`` from the shared :class:`MeanTable`.
@@ -103,8 +132,14 @@ class QuadratureAverager:
 
     def __init__(self, net: Network):
         self.net = net
-        self.law = net.q_law
-        self.table = _mean_table(net.activation, net.bias_rule, self.law.grid.y0, net.step)
+        act = net.activation
+        self.tilt = check_growth(act, net.g)   # κ > 0: the law tilted by e^{κQ}, F by e^{−κQ}
+        self.factor = tilt_factor(net.g_key, self.tilt)
+        self.law = q_law(net.g_key, net.step, self.tilt) if self.tilt else net.q_law
+        if act.exp_terms:
+            self.table = _closed_table(act, net.bias_std, self.tilt, self.law.grid)
+        else:
+            self.table = _mean_table(act, net.bias_rule, self.law.grid.y0, net.step)
         self._integrals: dict[tuple[Gamma, bool, int, int], float] = {}
 
     def integral(self, gamma: Gamma, weighted: bool, j: int, k: int) -> float:
@@ -120,9 +155,9 @@ class QuadratureAverager:
                 w = ms.w
                 bound = np.abs(w) * ms.Q ** (-e / 2) if e else np.abs(w)
                 keep = bound > 1e-20 * bound.max()
-                val = ms.mass * float(np.sum(w[keep] * self.table.F(j, k, ms.rows[keep])))
+                val = self.factor * ms.mass * float(np.sum(w[keep] * self.table.F(j, k, ms.rows[keep])))
             else:
-                val = ms.mass * float(np.sum(ms.w * self.table.F_at(j, k, ms.Q)))
+                val = self.factor * ms.mass * float(np.sum(ms.w * self.table.F_at(j, k, ms.Q)))
             self._integrals[key] = val
         return val
 
@@ -148,6 +183,7 @@ class MonteCarloAverager:
         """For each group of terms: the Monte Carlo mean of ``Σ coefficient · ŵ^{2γ} (P) m_j m_k`` and its standard
         error."""
         g, act = self.net.g, self.net.activation
+        check_growth(act, g, fourth=True)
         rng = np.random.default_rng(self.seed)
         sums, sq = np.zeros(len(groups)), np.zeros(len(groups))
         orders = sorted({o for grp in groups for t in grp for o in (t.j, t.k)})
@@ -200,7 +236,7 @@ def quadrature(net: Network) -> QuadratureAverager:
 def clear_caches() -> None:
     """Forget every shared quadrature state (laws of ``|ŵ|²``, bias rules, mean tables, integrals)."""
     _AVERAGERS.clear()
-    for f in (_mean_table, q_law, bias_rule, gauss_rule, _level_coefficients):
+    for f in (_mean_table, _closed_table, q_law, bias_rule, gauss_rule, _level_coefficients):
         f.cache_clear()
 
 

@@ -21,9 +21,12 @@ from featureode.kernel.perneuron import _bias_of, _g_of, _modes_of
 # ----------------------------------------------------------------------------------------------------------------
 @lru_cache(maxsize=64)
 def _level_coefficients(act: Activation, bias_std: float, max_level: int, n_b: int) -> np.ndarray:
-    b, w = BiasRule(bias_std, True, n_b=n_b).nodes(np.ones(1))   # Gauss–Hermite in b (the point 0 for σ_b = 0)
-    xb, wb = b[0], w[0]
-    sq = [float(wb @ act.mean_numpy(k)(xb, np.ones_like(xb)) ** 2) for k in range(max_level + 2)]
+    if act.exp_terms:   # exponential-polynomial σ: E_b[m_k(b, 1)²] in closed form
+        sq = [float(act.bias_average(k, k, bias_std)(np.ones(1))[0]) for k in range(max_level + 2)]
+    else:
+        b, w = BiasRule(bias_std, True, n_b=n_b).nodes(np.ones(1))   # Gauss–Hermite in b (0 for σ_b = 0)
+        xb, wb = b[0], w[0]
+        sq = [float(wb @ act.mean_numpy(k)(xb, np.ones_like(xb)) ** 2) for k in range(max_level + 2)]
     out = np.array([(l + 1) * sq[l] + sq[l + 1] for l in range(max_level + 1)])
     out.setflags(write=False)
     return out

@@ -25,7 +25,7 @@ from scipy.linalg import eigh_tridiagonal
 from featureode.core.errors import FeatureODEError
 
 __all__ = ["STEP", "MAX_ORDER", "Gamma", "Measure", "QGrid", "QLaw", "BiasRule", "InitLawError", "q_law",
-           "bias_rule"]
+           "tilt_factor", "bias_rule"]
 
 #: Step of the logarithmic grid in ``Q = |ŵ|²`` (and of the sinh-mapped grid in ``b``); halving it changes
 #: results by ~1e-12 relative (see ``theory_tests/test_kernel.py``).
@@ -105,8 +105,11 @@ class QLaw:
     N_GAUSS = 24
     CHECK = 1e-7
 
-    def __init__(self, g: "tuple[float, ...]", step: float = STEP, talbot: int = 24):
+    def __init__(self, g: "tuple[float, ...]", step: float = STEP, talbot: int = 24,
+                 p_weights: "tuple[float, ...] | None" = None):
         self.g = np.asarray(g, dtype=float)
+        # P = Σ_i h_i ŵ_i² (h = g, except on an exponentially tilted law, whose g differs from the data's)
+        self.h = self.g if p_weights is None else np.asarray(p_weights, dtype=float)
         self.grid = QGrid.for_spectrum(self.g, step)
         self.talbot = talbot
         Q = self.grid.Q
@@ -129,6 +132,7 @@ class QLaw:
         self._bulk = np.flatnonzero((Q >= total / 8) & (Q <= 8 * total))   # rows around the mean of Q
         self._recip: dict[int, list[np.ndarray]] = {}
         self._psum = [float(np.sum(self.g**n)) for n in range(5)]
+        self._hsum = [float(np.sum(self.h * self.g ** (n - 1))) if n else 0.0 for n in range(5)]
         self._rows: dict[float, int] = {}
         self._last_product: tuple | None = None
         self._measures: dict[tuple[Gamma, bool], tuple[int, Measure]] = {}
@@ -154,6 +158,10 @@ class QLaw:
         """``s_n = Σ_i (2γ_i + 1) g_i^n``."""
         return self._psum[n] + sum(2 * k * self.g[i] ** n for i, k in gamma)
 
+    def p_sums(self, gamma: Gamma, n: int) -> float:
+        """``Σ_i (2γ_i + 1) h_i g_i^{n−1}`` (``= s_n`` when ``h = g``), ``n ≥ 1``: the sums the factor ``P`` brings."""
+        return self._hsum[n] + sum(2 * k * self.h[i] * self.g[i] ** (n - 1) for i, k in gamma)
+
     #: rows whose a-priori bound (below) is under this fraction of the integrand's bulk are not computed
     ROW_FLOOR = 1e-40
 
@@ -166,10 +174,10 @@ class QLaw:
         kern = (self._r[todo] / self.talbot)[:, None] * self._coef[None, :] * np.exp(Q[:, None] * z)
         log_base = np.zeros(z.shape, dtype=complex)
         p_base = np.zeros(z.shape, dtype=complex)
-        for gi in self.g:
+        for gi, hi in zip(self.g, self.h):
             one = 1 + 2 * gi * z
             log_base -= 0.5 * np.log(one)
-            p_base += gi * gi / one
+            p_base += hi * gi / one
         with np.errstate(all="ignore"):
             self._base[todo] = kern * np.exp(log_base)
         self._p_base[todo] = p_base
@@ -181,7 +189,7 @@ class QLaw:
         return self._base[lo:hi]
 
     def p_base(self, lo: int, hi: int) -> np.ndarray:
-        """``Σ_i g_i²/(1 + 2 z g_i)`` on rows ``lo:hi`` (the Laplace factor of ``P``)."""
+        """``Σ_i h_i g_i/(1 + 2 z g_i)`` on rows ``lo:hi`` (the Laplace factor of ``P``)."""
         self._rows_ready(lo, hi)
         return self._p_base[lo:hi]
 
@@ -230,11 +238,11 @@ class QLaw:
         mass = math.prod(_double_factorial(2 * n - 1) * g[i] ** n for i, n in gamma)
         mean, var = self.sums(gamma, 1), 2 * self.sums(gamma, 2)
         if weighted:
-            norm = self.sums(gamma, 2)
+            norm = self.p_sums(gamma, 2)
             mass *= norm
-            # the factor P adds the cumulants of Σ_n (2t)^n s_{n+2}/s_2:
+            # the factor P adds the cumulants of Σ_n (2t)^n s_{n+2}/s_2 (s_n → p_sums for P = Σ h_i ŵ_i²):
             # κ_1 += 2 s_3/s_2, κ_2 += 8 s_4/s_2 − 4 (s_3/s_2)²
-            r3, r4 = self.sums(gamma, 3) / norm, self.sums(gamma, 4) / norm
+            r3, r4 = self.p_sums(gamma, 3) / norm, self.p_sums(gamma, 4) / norm
             mean, var = mean + 2 * r3, var + 8 * r4 - 4 * r3**2
         cut = mean + 12 * math.sqrt(var) + 80 * float(g.max())
         hi = int(np.searchsorted(self.Q, cut, side="right"))
@@ -243,7 +251,7 @@ class QLaw:
         if weighted:
             extra = self.p_base(rows.start, rows.stop)
             for i, n in gamma:
-                extra = extra + 2 * n * g[i] ** 2 * self._power(i, 1)[rows]
+                extra = extra + 2 * n * self.h[i] * g[i] * self._power(i, 1)[rows]
             with np.errstate(all="ignore"):
                 terms = terms * extra / norm
         with np.errstate(all="ignore"):
@@ -258,16 +266,32 @@ class QLaw:
             nz = np.nonzero(dens)[0]
             out = Measure(mass, Q[nz], wd[nz], nz + lo)
         else:
-            nodes, weights = gauss_rule(tuple(g), gamma, weighted, self.N_GAUSS)
+            h = None if self.h is self.g else tuple(float(x) for x in self.h)
+            nodes, weights = gauss_rule(tuple(g), gamma, weighted, self.N_GAUSS, h)
             out = Measure(mass, nodes, weights, None)
         self._measures[key] = (lo, out)
         return out
 
 
 @lru_cache(maxsize=8)   # a QLaw holds ~1–15 MB (contour arrays and per-direction powers)
-def q_law(g: "tuple[float, ...]", step: float = STEP) -> QLaw:
-    """The shared :class:`QLaw` of a spectrum (configs that differ only in γ, target or activation share it)."""
-    return QLaw(g, step)
+def q_law(g: "tuple[float, ...]", step: float = STEP, tilt: float = 0.0) -> QLaw:
+    """The shared :class:`QLaw` of a spectrum (configs that differ only in γ, target or activation share it).
+
+    ``tilt = κ > 0``: the law tilted by ``e^{κQ}``, i.e. ``ŵ_i ~ N(0, g_i/(1 − 2κ g_i))`` with ``P = Σ_i g_i ŵ_i²``
+    still weighted by the data's ``g``: ``E_g[ŵ^{2γ} (P) F(Q)] = tilt_factor(g, κ) · E_tilted[ŵ^{2γ} (P) F(Q) e^{−κQ}]``
+    (the ratio of the Gaussian densities), for integrands ``F`` growing like ``e^{κQ}``."""
+    if tilt == 0:
+        return QLaw(g, step)
+    g_arr = np.asarray(g, dtype=float)
+    if not np.all(2 * tilt * g_arr < 1):
+        raise InitLawError(f"the law of |ŵ|² cannot be tilted by e^{{{tilt:g} Q}}: E[e^{{κ|ŵ|²}}] diverges for "
+                           f"2κ g_0 ≥ 1 (2κ g_0 = {2 * tilt * float(g_arr.max()):.6g})")
+    return QLaw(tuple(float(x) for x in g_arr / (1 - 2 * tilt * g_arr)), step, p_weights=g)
+
+
+def tilt_factor(g: "tuple[float, ...]", tilt: float) -> float:
+    """``E_g[e^{κ|ŵ|²}] = Π_i (1 − 2κ g_i)^{−1/2}``, the mass the tilted law of :func:`q_law` leaves out."""
+    return float(np.prod((1 - 2 * tilt * np.asarray(g, dtype=float)) ** -0.5)) if tilt else 1.0
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -285,7 +309,8 @@ def _power_sums(g: tuple[float, ...], n_max: int, dps: int) -> tuple[mpmath.mpf,
         return tuple(out)
 
 
-def _cumulants(g: tuple[float, ...], gamma: Gamma, weighted: bool, n_max: int, dps: int) -> list[mpmath.mpf]:
+def _cumulants(g: tuple[float, ...], gamma: Gamma, weighted: bool, n_max: int, dps: int,
+               h: "tuple[float, ...] | None" = None) -> list[mpmath.mpf]:
     """Cumulants ``κ_0 = 0, κ_1 … κ_{n_max}`` of the normalised measure ``ŵ^{2γ} (P) dP`` on ``Q = |ŵ|²``.
 
     ``log E[ŵ^{2γ} e^{tQ}] = const + Σ_n t^n 2^{n−1}/n · Σ_i (2γ_i+1) g_i^n``; the factor ``P`` adds
@@ -299,7 +324,15 @@ def _cumulants(g: tuple[float, ...], gamma: Gamma, weighted: bool, n_max: int, d
         kappa = [mpmath.mpf(0)] + [mpmath.factorial(n - 1) * mpmath.mpf(2) ** (n - 1) * s(n)
                                    for n in range(1, n_max + 1)]
         if weighted:
-            a = [mpmath.mpf(2) ** n * s(n + 2) / s(2) for n in range(n_max + 1)]
+            if h is None:
+                ps = s
+            else:   # P = Σ h_i ŵ_i²: s_n → Σ_i (2γ_i+1) h_i g_i^{n−1}
+                gam = dict(gamma)
+
+                def ps(n: int) -> mpmath.mpf:
+                    return mpmath.fsum((1 + 2 * gam.get(i, 0)) * mpmath.mpf(h[i]) * mpmath.mpf(g[i]) ** (n - 1)
+                                       for i in range(len(g)))
+            a = [mpmath.mpf(2) ** n * ps(n + 2) / ps(2) for n in range(n_max + 1)]
             log = [mpmath.mpf(0)] * (n_max + 1)   # series of log A(t), A = Σ a_n t^n, a_0 = 1
             for n in range(1, n_max + 1):
                 log[n] = a[n] - mpmath.fsum(k * log[k] * a[n - k] for k in range(1, n)) / n
@@ -308,7 +341,8 @@ def _cumulants(g: tuple[float, ...], gamma: Gamma, weighted: bool, n_max: int, d
 
 
 @lru_cache(maxsize=4096)
-def gauss_rule(g: tuple[float, ...], gamma: Gamma, weighted: bool, n: int) -> tuple[np.ndarray, np.ndarray]:
+def gauss_rule(g: tuple[float, ...], gamma: Gamma, weighted: bool, n: int,
+               h: "tuple[float, ...] | None" = None) -> tuple[np.ndarray, np.ndarray]:
     """Gauss rule ``(nodes, weights)`` with ``n`` nodes for the normalised ``ν(dQ) ∝ E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]``.
 
     Moments of the standardised ``y = (Q − κ_1)/sqrt(κ_2)`` come from the exact cumulants; the Chebyshev algorithm
@@ -316,7 +350,7 @@ def gauss_rule(g: tuple[float, ...], gamma: Gamma, weighted: bool, n: int) -> tu
     Golub–Welsch gives nodes and weights (float64, well conditioned).
     """
     dps = 40 + 3 * n
-    kappa = _cumulants(g, gamma, weighted, 2 * n, dps)
+    kappa = _cumulants(g, gamma, weighted, 2 * n, dps, h)
     with mpmath.workdps(dps):
         sd = mpmath.sqrt(kappa[2])
         kt = [mpmath.mpf(0), mpmath.mpf(0)] + [kappa[j] / sd**j for j in range(2, 2 * n + 1)]

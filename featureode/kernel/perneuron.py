@@ -131,5 +131,33 @@ def check_integrable(act: Activation, bias_std: float, dim: int, term: Term) -> 
     return e
 
 
+def check_growth(act: Activation, g: np.ndarray, fourth: bool = False) -> float:
+    """The tilt ``κ`` the averages of ``act`` need over the init law of spectrum ``g`` (0: none), or raise
+    :class:`ActivationError` saying why they do not exist or cannot be certified.
 
+    Exponential-polynomial σ (``Σ c u^p e^{a u}``): ``E_b[m_j m_k](Q) = O(poly(Q) e^{κQ})`` with ``κ = max Re(a²)``,
+    and ``E[e^{κ|ŵ|²}] = Π_i (1 − 2κ g_i)^{−1/2}``: the averages exist iff ``2κ g_0 < 1`` (for σ = e^{cu}:
+    ``κ = c²``, so ``E[σ(u)²]`` diverges for ``2c²g_0 ≥ 1``). ``fourth``: the fourth moment a Monte Carlo standard
+    error needs (``4κ g_0 < 1``). Other σ growing exponentially (``e^{c|u|}``, measured) have no closed-form bias
+    average and are refused."""
+    g0 = float(np.max(g))
+    if act.exp_terms:
+        kappa = act.q_growth
+        factor = 4 if fourth else 2
+        if kappa > 0 and factor * kappa * g0 >= 1:
+            what = "the Monte Carlo variance (E[σ(u)⁴])" if fourth else "E[σ(u)²]"
+            raise ActivationError(
+                f"activation {act.name!r}: {what} over the init law diverges for {factor}c²g_0 ≥ 1, and here "
+                f"c² = {kappa:.6g} (the growth rate of E_b[m_k²] in |ŵ|²) and g_0 = {g0:.6g} give "
+                f"{factor}c²g_0 = {factor * kappa * g0:.6g}; lower the growth of σ (e.g. exp(c u) with "
+                f"c < {math.sqrt(1 / (factor * g0)):.4g}) or the top eigenvalue g_0")
+        return kappa   # < 0 (sin, cos): the tilt concentrates the law where F lives
+    rate = max(act.exp_rate)
+    if rate > 0:
+        raise ActivationError(
+            f"activation {act.name!r}: σ(u) = {act.expr} grows like e^{{{rate / 1.1:.3g}|u|}} and has no "
+            "closed-form Gaussian mean, so its kernel averages over the init law cannot be certified (the "
+            "quadrature would not converge); write it as a sum of c·u^p·exp(a·u) terms (exp, sinh, cosh, sin, cos "
+            "and polynomials), whose means are exact, or use an activation of slower growth")
+    return 0.0
 

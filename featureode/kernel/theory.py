@@ -42,6 +42,7 @@ Layout of the kernel package: :mod:`~featureode.kernel.perneuron` (the per-neuro
 from __future__ import annotations
 
 import math
+import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -144,6 +145,12 @@ class KernelTheory:
 
 def _network(spectrum: "Spectrum | Sequence[float]", activation: "str | Activation", bias_std: float,
              step: float = STEP) -> Network:
+    try:
+        ok = math.isfinite(float(step)) and 0 < float(step) <= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise KernelError(f"step must be a number in (0, 1] (the grid step in log|ŵ|²; default {STEP}), got {step!r}")
     return Network.build(activation, _g_of(spectrum), _bias_of(bias_std), step=step)
 
 
@@ -223,6 +230,9 @@ def exact_eigenvalues(modes: Iterable["Mode | str"], spectrum: "Spectrum | Seque
     g = _g_of(spectrum)
     ms = _modes_of(modes, len(g))
     net = _network(g, activation, bias_std, step)
+    if method == "montecarlo" and (isinstance(n_neurons, bool) or not isinstance(n_neurons, numbers.Integral)
+                                   or n_neurons < 2):
+        raise KernelError(f"n_neurons must be an integer ≥ 2 (a mean and its standard error), got {n_neurons!r}")
     if method == "quadrature":
         return network_eigenvalues(net, ms), np.zeros(len(ms))
     if method == "montecarlo":

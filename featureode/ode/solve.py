@@ -22,6 +22,7 @@ curve in ``error.trajectory``; :func:`solve_config` and :func:`solve_batch` keep
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -355,6 +356,18 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalu
     ``error.trajectory`` (with ``status.error`` set).
     """
     variant = Variant(variant) if isinstance(variant, str) else variant
+    if not isinstance(variant, Variant):
+        raise SolveError(f"variant must be a closure name or a Variant, got {variant!r}")
+    try:
+        t_max, t_min = float(t_max), float(t_min)
+        if isinstance(n_points, bool) or int(n_points) != n_points:
+            raise ValueError
+        n_points = int(n_points)
+    except (TypeError, ValueError):
+        raise SolveError(f"need numbers t_max, t_min and an integer n_points, got t_max={t_max!r}, "
+                         f"t_min={t_min!r}, n_points={n_points!r}") from None
+    if not math.isfinite(t_max):
+        raise SolveError(f"t_max must be a finite time, got {t_max}; the integration would never end")
     if not t_max > t_min > 0 or n_points < 2:
         raise SolveError(f"need t_max > t_min > 0 and n_points ≥ 2, got t_max={t_max}, t_min={t_min}, "
                          f"n_points={n_points}")
@@ -443,6 +456,11 @@ def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = No
     ``replay`` needs a simulation: it is a :class:`~featureode.ode.variants.VariantError` here unless ``allow_replay``
     (a caller such as compare that adds :func:`featureode.ode.replay.replay` itself), which skips it.
     """
+    from featureode.config import Config
+
+    if not isinstance(cfg, Config):
+        raise SolveError(f"solve_config needs a Config, got {type(cfg).__name__} {cfg!r:.60}; load a file with "
+                         "featureode.config.load_config(path)")
     result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay)
     if out_dir is not None:
         result.save(out_dir)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -180,9 +181,25 @@ class Variant:
     def __post_init__(self) -> None:
         if not isinstance(self.closure, Closure):
             get_closure(self.closure)
-        object.__setattr__(self, "ablate", tuple(self.ablate))
-        object.__setattr__(self, "replace", dict(self.replace))
-        object.__setattr__(self, "params", {k: float(val) for k, val in self.params.items()})
+        # one term name given as text is that name (tuple("eigen_growth") would be its characters)
+        ablate = (self.ablate,) if isinstance(self.ablate, str) else self.ablate
+        try:
+            object.__setattr__(self, "ablate", tuple(ablate))
+            object.__setattr__(self, "replace", dict(self.replace))
+            params = dict(self.params)
+        except (TypeError, ValueError):
+            raise VariantError(f"ablate must be a list of term names, replace and params tables; got "
+                               f"ablate={self.ablate!r}, replace={self.replace!r}, params={self.params!r}") from None
+        checked = {}
+        for k, val in params.items():
+            try:
+                x = float(val)
+            except (TypeError, ValueError):
+                x = math.nan
+            if isinstance(val, bool) or not math.isfinite(x):
+                raise VariantError(f"closure parameter {k!r} = {val!r} must be a finite number")
+            checked[k] = x
+        object.__setattr__(self, "params", checked)
         known = term_names() + [t.name for t in [self.closure_obj.term] if t is not None]
         for what, names in (("ablate", self.ablate), ("replace", list(self.replace))):
             bad = [n for n in names if n not in known]

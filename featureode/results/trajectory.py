@@ -280,21 +280,32 @@ def json_ready(obj: Any) -> Any:
     raise TypeError(f"cannot write {type(obj).__name__} to JSON")
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_bytes(path: Path, data: bytes) -> None:
+    """The one atomic writer: a temp file in the same folder (mode ``0o666 & ~umask``, as ``open`` would make it;
+    ``mkstemp`` alone gives 0600), fsynced, then renamed over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno:   # name the file it was writing
+            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
         raise
 
 

@@ -68,6 +68,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
+from featureode.core.provenance import provenance
 from featureode.calculus.hermite import Mode
 from featureode.config import Config
 from featureode.results.trajectory import Trajectory
@@ -322,11 +323,13 @@ class Simulation:
     # results ------------------------------------------------------------------------------------------------------
     def trajectory(self, i: int) -> Trajectory:
         """Run ``i``'s :class:`~featureode.results.trajectory.Trajectory`: DESIGN §6 fields and diagnostics; ``meta`` holds
-        ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``."""
+        ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``,
+        ``provenance`` (:func:`featureode.core.provenance.provenance`, not part of the digest)."""
         spec = self.specs[i]
         tr = spec.cfg.training
         meta = {"t_max": tr.t_max, "device": str(self.device), "dtype": tr.dtype, "compiled": tr.compile,
-                "wall_s": self.wall, "batch_runs": len(self.specs), "n_test": tr.n_test, "digest": spec.digest}
+                "wall_s": self.wall, "batch_runs": len(self.specs), "n_test": tr.n_test, "digest": spec.digest,
+                "provenance": provenance(str(self.device))}
         return self.recorders[i].trajectory(self.clocks[i], meta)
 
     def write(self, i: int, folder: Path) -> Trajectory:

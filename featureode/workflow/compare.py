@@ -38,6 +38,7 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
     figure_variants(names + [REPLAY] * with_replay, figure_variant)  # checked before the work
     out = Path(out)
     with runs.locked(out):
+        runs.unmark_finished(out)
         t0 = time.time()
         ode = solve_config(cfg, out, allow_replay=True)  # a failed variant keeps its partial curve (status.error)
         # a replay on the extended basis needs the measured Gram on all of the ODE's modes
@@ -53,7 +54,13 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
         report = build_report(cfg, ode, mlp, wall_s=time.time() - t0)
         report.write(out, variant=figure_variant)
         _diagnostics(cfg, ode, mlp, out)
+        files = [*COMPARE_FILES, *(["report_diagnostics.png"] if (out / "report_diagnostics.png").exists() else [])]
+        runs.mark_finished(out, cfg, files)   # last: the run is finished only now
     return report
+
+
+#: What a finished comparison holds (besides the diagnostics figure, when it could be drawn).
+COMPARE_FILES = ("ode.json", "ode.npz", "mlp.json", "mlp.npz", "report.json", "report.md", "report.png")
 
 
 def _with_replay(cfg: Config, ode: ODEResult, mlp: Trajectory, out: Path) -> ODEResult:

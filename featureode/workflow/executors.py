@@ -8,13 +8,84 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import numbers
+import socket
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from featureode.core.registry import Registry
 from featureode.workflow.tasks import SweepError, _one_line
 
-#: Seconds to wait for a Dask scheduler given by address.
+#: Seconds to wait for a Dask scheduler given by address (the handshake probe, then the client).
 SCHEDULER_TIMEOUT_S = 10
+#: Seconds of the raw handshake probe of an address (connect, then the scheduler's first message).
+PROBE_TIMEOUT_S = 5.0
+#: Seconds to wait for a scheduler without workers to get one.
+WORKER_WAIT_S = 60.0
+
+
+def probe_scheduler(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Check that a Dask scheduler answers at ``address`` before a client is attached (a client to an address
+    where something else listens can wait forever): a TCP connection within ``timeout`` seconds, then the
+    scheduler's handshake (a Dask scheduler speaks first). Raises :class:`SweepError` naming what answered: nothing
+    (refused, unreachable), an HTTP server (the Dask dashboard's port, 8787), another protocol, or a listener that
+    never replies; at most three waits of ``timeout`` (connect, handshake, an HTTP request). ``tls://`` is only
+    connected to (its handshake needs the certificates)."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme not in ("tcp", "tls"):
+        raise SweepError(f"--scheduler {address!r}: the scheme {scheme!r} is not supported; give a tcp:// (or "
+                         "tls://) address of a Dask scheduler, e.g. tcp://host:8786")
+    host, _, port_text = rest.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+        if not (0 < port < 65536) or not host:
+            raise ValueError
+    except ValueError:
+        raise SweepError(f"--scheduler {address!r} is not HOST:PORT (e.g. tcp://127.0.0.1:8786)") from None
+    try:
+        conn = socket.create_connection((host, port), timeout=timeout)
+    except socket.timeout:
+        raise SweepError(f"no answer from {address} within {timeout:g} s (a firewall, or no such host); check "
+                         "--scheduler") from None
+    except OSError as exc:
+        raise SweepError(f"nothing answers at {address} ({exc.strerror or exc}); start the scheduler "
+                         "(`dask scheduler`, port 8786 by default) or check --scheduler") from None
+    with conn:
+        if scheme == "tls":
+            return
+        got = b""
+        try:
+            conn.settimeout(timeout)
+            while len(got) < 256 and b"compression" not in got:
+                chunk = conn.recv(256)
+                if not chunk:
+                    break
+                got += chunk
+        except socket.timeout:
+            pass
+        except OSError as exc:
+            raise SweepError(f"the connection to {address} failed ({exc.strerror or exc}); check --scheduler") \
+                from None
+        if b"compression" in got:   # the msgpack handshake of distributed's comm: {"compression": …, …}
+            return
+        if got:
+            what = got[:40].decode("ascii", "replace").split("\n")[0].strip()
+            raise SweepError(f"something other than a Dask scheduler answered at {address} (it sent {what!r}); "
+                             "check --scheduler (a Dask scheduler listens on 8786 by default)")
+        try:   # silent: perhaps an HTTP server, which waits for a request
+            conn.settimeout(timeout)
+            conn.sendall(f"GET / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            reply = conn.recv(256)
+        except OSError:
+            reply = b""
+    if reply.startswith(b"HTTP/"):
+        status = reply.split(b"\r\n")[0].decode("ascii", "replace")
+        raise SweepError(f"an HTTP server answered at {address} ({status}), not a Dask scheduler; the Dask "
+                         "dashboard listens on 8787, the scheduler on 8786 by default: check --scheduler")
+    raise SweepError(f"the listener at {address} accepted the connection but sent no Dask handshake within "
+                     f"{timeout:g} s; it is not a Dask scheduler (check --scheduler)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -108,11 +179,18 @@ class _Dask:
 
         self._cluster = None
         if address:
+            probe_scheduler(address)
             try:
                 self.client = Client(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
             except (OSError, TimeoutError, ValueError) as exc:
                 raise SweepError(f"the Dask scheduler at {address!r} did not answer within {SCHEDULER_TIMEOUT_S} s "
                                  f"({_one_line(exc)}); start it (`dask scheduler`) or check --scheduler") from None
+            try:
+                self.client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+            except (TimeoutError, OSError) as exc:
+                self.client.close()
+                raise SweepError(f"the Dask scheduler at {address} has no workers after {WORKER_WAIT_S:g} s "
+                                 f"({_one_line(exc)}); start some (`dask worker {address}`) and rerun") from None
         else:
             # a worker that dies fails its task at once (KilledWorker): the sweep's own single retry handles it.
             # The workers' statistical profiler (a thread sampling every stack each 10 ms) and GIL monitor compete
@@ -162,8 +240,15 @@ def make_executor(kind: str = "local", jobs: int = 1, scheduler: str | None = No
     """An executor for :func:`run_sweep`: ``"local"`` (this process for ``jobs = 1``, else ``jobs`` worker processes)
     or ``"dask"`` (a LocalCluster of ``jobs`` workers, or the cluster whose scheduler is at ``scheduler``; a
     scheduler address implies ``"dask"`` when ``kind`` is ``"local"``), or a registered one."""
+    if not isinstance(kind, str):
+        raise SweepError(f"executor kind must be a name such as 'local' or 'dask', got {kind!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral):
+        raise SweepError(f"jobs must be an integer ≥ 1, got {jobs!r}")
+    jobs = int(jobs)
     if jobs < 1:
         raise SweepError(f"--jobs must be ≥ 1, got {jobs}")
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise SweepError(f"scheduler must be an address such as 'tcp://host:8786', got {scheduler!r}")
     if scheduler and kind == "local":
         kind = "dask"
     if kind not in EXECUTORS:  # an installed package may register it

@@ -53,6 +53,38 @@ def slug(value: Any) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in text).strip("_").replace("__", "_")
 
 
+#: The longest run-folder name in bytes; a longer one keeps its first part and ends in a hash of the whole.
+MAX_NAME_BYTES = 100
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def safe_name(name: str) -> str:
+    """A run-folder name that stays inside the sweep folder: one path component of ASCII letters, digits and
+    ``._+-`` (anything else, separators included, becomes ``_``), no ``..``, no leading ``.``, at most
+    :data:`MAX_NAME_BYTES` bytes (longer names keep their first part and end in ``_`` and 10 hex digits of the
+    SHA-256 of the whole name, so distinct long names stay distinct)."""
+    text = _UNSAFE.sub("_", name)
+    while ".." in text:
+        text = text.replace("..", "_")
+    text = re.sub(r"_+", "_", text).lstrip(".")
+    text = text or "point"
+    if len(text.encode()) > MAX_NAME_BYTES:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+        text = f"{text[:MAX_NAME_BYTES - 11].rstrip('_.')}_{digest}"
+    return text
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    """``values`` without repeats (a value given twice is one point), in first-appearance order."""
+    out, seen = [], set()
+    for v in values:
+        key = json.dumps(v, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
 @dataclass(frozen=True)
 class Axis:
     """One independent direction of a grid: a ``[grid]`` key alone, or all ``[zip]`` keys together."""
@@ -119,20 +151,27 @@ class Grid:
         return {"base": self.base, "keys": list(self.keys), "t_max_factor": self.t_max_factor,
                 "t_max_cap": None if math.isinf(self.t_max_cap) else self.t_max_cap}
 
+    #: Above this many points :meth:`points` refuses (a grid that large is a typo, or needs splitting).
+    MAX_POINTS = 100_000
+
     def points(self) -> list[Point]:
-        """Every point in order (see the module docstring); names are unique."""
-        out, seen = [], set()
+        """Every point in order (see the module docstring); names are unique and safe (:func:`safe_name`): two
+        points that a name template maps to one folder are refused, naming both."""
+        if self.size > self.MAX_POINTS:
+            raise GridError(f"{self.source} has {self.size} points, more than {self.MAX_POINTS}; split the grid")
+        out, seen = [], {}
         for i, combo in enumerate(itertools.product(*(ax.values for ax in self.axes))):
             values = {k: v for ax, vals in zip(self.axes, combo) for k, v in zip(ax.keys, vals)}
             raw = self.raw_config(Point(i, values, ""), 0) if self.name_template is not None else None
-            name = self._name(values, raw)
+            name = safe_name(self._name(values, raw))
             if name in seen:
                 if self.name_template is not None:
-                    raise GridError(f"{self.source}: [sweep] name = {self.name_template!r} gives the same run name "
-                                    f"{name!r} to two points; put every varied key in it")
-                name = f"{name}_{hashlib.sha256(json.dumps(values, default=str).encode()).hexdigest()[:6]}"
-            seen.add(name)
-            out.append(Point(i, values, name))
+                    raise GridError(f"{self.source}: [sweep] name = {self.name_template!r} gives the same run folder "
+                                    f"{name!r} to {seen[name].describe()} and {Point(i, values, name).describe()}; "
+                                    "put every varied key in it")
+                name = safe_name(f"{name}_{hashlib.sha256(json.dumps(values, default=str).encode()).hexdigest()[:6]}")
+            seen[name] = Point(i, values, name)
+            out.append(seen[name])
         return out
 
     def _name(self, values: dict[str, Any], raw: dict[str, dict[str, Any]] | None) -> str:
@@ -197,7 +236,11 @@ def _axis_values(key: str, values: Any, where: str, source: str) -> list[Any]:
 def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str | Path" = ".") -> Grid:
     """Validate a grid read from TOML (see the module docstring) into a :class:`Grid`.
 
-    Checks every key and every axis; :func:`check_points` checks each point's config."""
+    Checks every key and every axis (a value listed twice is one point); :func:`check_points` checks each point's
+    config."""
+    if not isinstance(raw, dict):
+        raise GridError(f"{source}: a grid is a table of [set], [grid], [zip], [sweep] (and base), got "
+                        f"{type(raw).__name__} {raw!r:.60}")
     for k in raw:
         if k not in TOP_KEYS:
             raise GridError(f"{source}: unknown grid entry {k!r}" + suggest(k, list(TOP_KEYS))
@@ -238,12 +281,12 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
             raise GridError(f"{source}: [zip] axes have unequal lengths ("
                             + ", ".join(f"{k}: {n}" for k, n in lengths.items()) + "); give each the same number "
                             "of values")
-        axes.append(Axis(tuple(cols), tuple(zip(*cols.values()))))
+        axes.append(Axis(tuple(cols), tuple(_unique(list(zip(*cols.values()))))))
     for key, values in raw.get("grid", {}).items():
         _check_key(key, "[grid]", source)
         if key in zipped:
             raise GridError(f"{source}: {key!r} is both in [grid] and [zip]; keep it in one")
-        axes.append(Axis((key,), tuple((v,) for v in _axis_values(key, values, "[grid]", source))))
+        axes.append(Axis((key,), tuple((v,) for v in _unique(_axis_values(key, values, "[grid]", source)))))
     for ax in axes:
         for key in ax.keys:
             if key in raw.get("set", {}):
@@ -255,8 +298,9 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
             raise GridError(f"{source}: unknown key {k!r} in [sweep]" + suggest(k, list(SWEEP_KEYS)))
     seeds = sweep.get("seeds", [0])
     if (not isinstance(seeds, list) or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        raise GridError(f"{source}: [sweep] seeds must be a non-empty list of non-negative integers, got {seeds!r}")
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds)):
+        raise GridError(f"{source}: [sweep] seeds must be a non-empty list of integers in [0, 2^32) (seeds are "
+                        f"32-bit), got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise GridError(f"{source}: [sweep] seeds lists a seed twice: {seeds!r}")
     template = sweep.get("name")
@@ -269,8 +313,10 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
                                 + suggest(ref, list(CONFIG_KEYS)))
     factor, cap = sweep.get("t_max_factor", 2.0), sweep.get("t_max_cap", math.inf)
     for k, v in (("t_max_factor", factor), ("t_max_cap", cap)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise GridError(f"{source}: [sweep] {k} must be a positive number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or (k == "t_max_factor"
+                                                                                    and not math.isfinite(v)):
+            raise GridError(f"{source}: [sweep] {k} must be a positive number"
+                            f"{' (finite)' if k == 't_max_factor' else ''}, got {v!r}")
     description = sweep.get("description", "")
     if not isinstance(description, str):
         raise GridError(f"{source}: [sweep] description must be text, got {description!r}")
@@ -279,9 +325,14 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
                 description=description, name_template=template, t_max_factor=float(factor), t_max_cap=float(cap))
 
 
-def check_points(grid: Grid, points: list[Point] | None = None) -> None:
-    """Every point's config is valid (with seed 0; seeds change nothing else); the error names the point."""
-    for p in points if points is not None else grid.points():
+def check_points(grid: Grid, points: list[Point] | None = None, progress: bool = True) -> None:
+    """Every point's config is valid (with seed 0; seeds change nothing else); the error names the point. Over
+    1000 points a progress bar (stderr) shows the checks."""
+    from tqdm import tqdm
+
+    pts = points if points is not None else grid.points()
+    for p in tqdm(pts, desc="checking points", unit="point", disable=not progress or len(pts) <= 1000,
+                  leave=False):
         check_config(grid.raw_config(p, grid.seeds[0]), p.describe())
 
 
@@ -294,6 +345,9 @@ def load_grid(path: "str | Path") -> Grid:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise GridError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise GridError(f"{path}: not a text (UTF-8) file ({exc.reason} at byte {exc.start}); a grid file is "
+                        "TOML") from None
     return grid_from_dict(raw, source=str(path), base_dir=path.parent)
 
 

@@ -6,10 +6,14 @@ A run folder ``DIR`` holds:
 * ``DIR/config.json`` — the stamp: the config and its digest (:meth:`featureode.config.Config.digest`, which leaves
   out run-time-only keys). It is written only after the config has passed every check that can be made before
   computing (:func:`check_config`), so a rejected config never claims a folder.
-* ``DIR/.featureode.lock`` — an exclusive ``fcntl.flock`` lock, held by the command working in the folder; it
-  records the holder's pid. A second command waits up to :data:`LOCK_WAIT_S` seconds and then refuses, naming the
+* ``DIR/.featureode.lock`` — an exclusive lock (:mod:`filelock`: ``fcntl.flock``, or its soft lock where the file
+  system has no ``flock``), held by the command working in the folder; ``DIR/.featureode.pid`` records the holder's
+  pid. A second command waits up to :data:`LOCK_WAIT_S` seconds and then refuses, naming the
   folder and the pid.
 * results: ``ode.json``/``ode.npz``, ``mlp.json``/``mlp.npz``, ``checkpoint.pt``, ``report.{json,md,png}``.
+* ``DIR/done.json`` — the completion stamp, written last, after every array and figure (:func:`mark_finished`):
+  the digest and every file of the finished run with its size. A run is reused as finished only when its stamp
+  lists every file asked for and each is there, of that size, its arrays loadable (:func:`finished`).
 
 A folder that holds results of another config is refused unless ``force``; with ``force`` the results that are not
 valid for the new config are removed before anything is recomputed (:func:`remove_stale`). A result file is reused
@@ -19,10 +23,8 @@ refuse a damaged JSON or npz (:class:`~featureode.results.trajectory.TrajectoryF
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
-import time
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,11 +32,14 @@ from typing import Any, Iterator, Sequence
 
 from featureode.core.errors import FeatureODEError
 from featureode.config import MLP_SECTIONS, Config, config_from_dict
-from featureode.results.trajectory import ODEResult, Trajectory, TrajectoryFileError, write_json
+from featureode.core.provenance import provenance
+from featureode.results.trajectory import ODEResult, Trajectory, TrajectoryFileError, check_npz, write_json
 
 #: How long a command waits for another command to release a folder before refusing.
 LOCK_WAIT_S = 5.0
 STAMP = "config.json"
+#: The completion stamp, written LAST (after every array and figure): the digest and each file with its size.
+DONE = "done.json"
 LOCK = ".featureode.lock"
 #: Result files of the ODE and the report (depend on every config section).
 ODE_FILES = ("ode.json", "ode.npz", "report.json", "report.md", "report.png")
@@ -53,18 +58,52 @@ class FolderInUseError(RunFolderError):
 # ----------------------------------------------------------------------------------------------------------------
 # the lock
 # ----------------------------------------------------------------------------------------------------------------
-_HELD: dict[Path, list[Any]] = {}  # folder → [open lock file, count]: re-entrant within one process
+_HELD: dict[Path, list[Any]] = {}  # folder → [lock, count]: re-entrant within one process
+PID_FILE = ".featureode.pid"
 
 
 def _writable(out: Path, exc: OSError) -> RunFolderError:
-    return RunFolderError(f"cannot write to the output folder {out} ({exc.strerror or exc}); choose a writable "
+    return RunFolderError(f"cannot write to the output folder {out} ({os_error_text(exc)}); choose a writable "
                           "--out or fix its permissions")
+
+
+def os_error_text(exc: OSError) -> str:
+    """``ENOSPC (No space left on device)``: the errno's name and meaning (the message alone without an errno)."""
+    name = errno.errorcode.get(exc.errno or -1)
+    meaning = exc.strerror or os.strerror(exc.errno) if exc.errno else str(exc)
+    return f"{name} ({meaning})" if name else meaning
+
+
+def _new_lock(path: Path) -> Any:
+    """A :class:`filelock.FileLock` (``fcntl.flock``), or its :class:`filelock.SoftFileLock` where the file system
+    has no ``flock`` (some cluster file systems)."""
+    import filelock
+
+    return filelock.FileLock(str(path))
+
+
+def _soft_lock(path: Path) -> Any:
+    import filelock
+
+    return filelock.SoftFileLock(str(path) + ".soft")
+
+
+def _holder(out: Path) -> str:
+    try:
+        return (out / PID_FILE).read_text().strip() or "unknown"
+    except (OSError, UnicodeDecodeError):
+        return "unknown"
 
 
 def acquire(out: "str | Path", wait: float | None = None) -> None:
     """Take the lock of ``out`` (created if needed) for this process; re-entrant. Waits up to ``wait`` seconds
     (default :data:`LOCK_WAIT_S`) for another process to release it, then raises :class:`FolderInUseError` naming
-    the folder and the holder's pid."""
+    the folder and the holder's pid. The one lock of every command that writes a folder (``solve``, ``simulate``,
+    ``compare``, ``sweep``, ``validate``); ``--force`` does not bypass it."""
+    import filelock
+
+    if str(out) == "":
+        raise RunFolderError("the output folder is empty (--out \"\"); name a folder")
     out = Path(out).resolve()
     wait = LOCK_WAIT_S if wait is None else wait
     if out in _HELD:
@@ -72,33 +111,29 @@ def acquire(out: "str | Path", wait: float | None = None) -> None:
         return
     try:
         out.mkdir(parents=True, exist_ok=True)
-        fh = open(out / LOCK, "a+")
-    except PermissionError as exc:
-        raise _writable(out, exc) from None
-    except OSError as exc:  # e.g. a file where the folder should be
-        raise RunFolderError(f"cannot use {out} as the output folder ({exc.strerror or exc}); choose another "
+    except OSError as exc:  # read-only file system, a file where the folder should be, …
+        raise RunFolderError(f"cannot use {out} as the output folder ({os_error_text(exc)}); choose another "
                              "--out") from None
-    deadline = time.monotonic() + wait
-    while True:
+    lock = _new_lock(out / LOCK)
+    try:
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                fh.close()
-                raise
-            if time.monotonic() >= deadline:
-                fh.seek(0)
-                holder = fh.read().strip() or "unknown"
-                fh.close()
-                raise FolderInUseError(f"{out} is in use by another featureode command (pid {holder}); wait for it "
-                                       "to finish or choose another --out") from None
-            time.sleep(0.05)
-    fh.seek(0)
-    fh.truncate()
-    fh.write(str(os.getpid()))
-    fh.flush()
-    _HELD[out] = [fh, 1]
+            lock.acquire(timeout=wait)
+        except NotImplementedError:   # no flock here: the soft lock (a file created exclusively)
+            lock = _soft_lock(out / LOCK)
+            lock.acquire(timeout=wait)
+    except filelock.Timeout:
+        raise FolderInUseError(f"{out} is in use by another featureode command (pid {_holder(out)}); wait for it "
+                               "to finish or choose another --out") from None
+    except OSError as exc:
+        raise _writable(out, exc) from None
+    try:
+        from featureode.results.trajectory import write_text
+
+        write_text(out / PID_FILE, str(os.getpid()))
+    except OSError as exc:
+        lock.release()
+        raise _writable(out, exc) from None
+    _HELD[out] = [lock, 1]
 
 
 def release(out: "str | Path") -> None:
@@ -110,8 +145,11 @@ def release(out: "str | Path") -> None:
     held[1] -= 1
     if held[1] == 0:
         del _HELD[out]
-        fcntl.flock(held[0].fileno(), fcntl.LOCK_UN)
-        held[0].close()
+        try:
+            (out / PID_FILE).unlink(missing_ok=True)
+        except OSError:
+            pass
+        held[0].release()
 
 
 @contextmanager
@@ -250,9 +288,10 @@ def claim(out: "str | Path", cfg: Config, force: bool = False, wait: float | Non
                                   "pass --force")
         if force:
             remove_stale(out, cfg, old)
+        unmark_finished(out)   # new work starts: the folder is finished again only when it says so at the end
         write_json(out / STAMP, {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
-                                 **(extra or {})}, indent=2)
-    except PermissionError as exc:
+                                 "provenance": provenance(cfg.training.device), **(extra or {})}, indent=2)
+    except OSError as exc:   # EACCES, EROFS, ENOSPC, …
         release(out)
         raise _writable(out, exc) from None
     except BaseException:
@@ -266,6 +305,64 @@ def prepare(out: "str | Path", cfg: Config, force: bool = False, wait: float | N
     of the process. Returns the folder."""
     claim(out, cfg, force=force, wait=wait)
     return Path(out)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the completion stamp
+# ----------------------------------------------------------------------------------------------------------------
+def mark_finished(out: "str | Path", cfg: Config, files: Sequence[str]) -> None:
+    """Write ``out/done.json`` — LAST, after every file of the run: ``cfg``'s digest and each of ``files`` present
+    with its size (a file listed but absent is an error: the run did not write what it claims)."""
+    out = Path(out)
+    sizes = {}
+    for name in files:
+        try:
+            sizes[name] = (out / name).stat().st_size
+        except FileNotFoundError:
+            raise RunFolderError(f"{out / name} is missing at the end of the run; the run is not finished") from None
+    write_json(out / DONE, {"digest": cfg.digest(), "files": sizes})
+
+
+def unmark_finished(out: "str | Path") -> None:
+    """Remove the completion stamp (before new work in ``out``)."""
+    try:
+        (Path(out) / DONE).unlink(missing_ok=True)
+    except OSError as exc:
+        raise _writable(Path(out), exc) from None
+
+
+def finished(out: "str | Path", digest: str, need: Sequence[str]) -> bool:
+    """Is ``out`` a finished run of the config with ``digest`` holding every file of ``need``? With a completion
+    stamp: its digest, every needed file listed, and every listed file present with its size and (``.npz``)
+    loadable. A folder from before completion stamps: every needed file present and its arrays loadable."""
+    out = Path(out)
+    try:
+        stamp = json.loads((out / DONE).read_text())
+    except FileNotFoundError:
+        stamp = None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    if stamp is not None:
+        if not isinstance(stamp, dict) or stamp.get("digest") != digest or not isinstance(stamp.get("files"), dict):
+            return False
+        files = stamp["files"]
+        if not set(need) <= set(files):
+            return False
+    else:
+        files = {name: None for name in need}
+    for name, size in files.items():
+        try:
+            st = (out / name).stat()
+        except OSError:
+            return False
+        if size is not None and st.st_size != size:
+            return False
+        if name.endswith(".npz"):
+            try:
+                check_npz(out / name)
+            except TrajectoryFileError:
+                return False
+    return True
 
 
 # ----------------------------------------------------------------------------------------------------------------

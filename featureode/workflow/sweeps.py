@@ -113,8 +113,15 @@ def plan(grid: Grid, out: "str | Path", ode_only: bool = False, yes: bool = Fals
     points = grid.points()
     check_points(grid, points)
     runs = Path(out) / "runs"
-    return [(p, RunTask(p.run_name(s), grid.raw_config(p, s), str(runs / p.run_name(s)), ode_only,
-                        grid.t_max_factor, grid.t_max_cap)) for p in points for s in grid.seeds]
+    tasks = [(p, RunTask(p.run_name(s), grid.raw_config(p, s), str(runs / p.run_name(s)), ode_only,
+                         grid.t_max_factor, grid.t_max_cap)) for p in points for s in grid.seeds]
+    owner: dict[str, Point] = {}
+    for p, t in tasks:   # a seed suffix can meet another point's name ("a" seed 1 and a point named "a_s1")
+        if t.name in owner and owner[t.name] is not p:
+            raise GridError(f"{grid.source}: {owner[t.name].describe()} and {p.describe()} both get the run folder "
+                            f"{t.name!r} (with their seeds); rename the points ([sweep] name)")
+        owner[t.name] = p
+    return tasks
 
 
 def guard_sweep_dir(out: Path, grid: Grid, force: bool = False) -> None:
@@ -174,11 +181,22 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Any = None, ode_only: boo
     write ``results.csv`` (+ parquet) as runs complete and ``summary.md``/``summary.json`` at the end.
 
     A run that fails, or whose worker dies, is retried once, then recorded with its error; the sweep goes on."""
+    from featureode.workflow import runs as folders
+
+    if not str(out).strip():
+        raise SweepError("the output folder is empty (--out \"\"); name a folder")
+    out = Path(out)
+    tasks = plan(grid, out, ode_only, yes)
+    # one writer per folder: a second sweep (with --force or not), a validate or a solve on it waits, then refuses
+    with folders.locked(out):
+        guard_sweep_dir(out, grid, force)
+        return _run_locked(grid, out, tasks, executor, ode_only, progress, title)
+
+
+def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], executor: Any, ode_only: bool,
+                progress: bool, title: str | None) -> SweepResult:
     from tqdm import tqdm
 
-    out = Path(out)
-    runs = plan(grid, out, ode_only, yes)
-    guard_sweep_dir(out, grid, force)
     columns = list(grid.keys) + list(RESULT_COLUMNS)
     outcomes: dict[str, RunOutcome] = {}
     todo = []

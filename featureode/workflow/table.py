@@ -67,6 +67,10 @@ def write_results(out: Path, columns: Sequence[str], rows: Sequence[dict[str, An
     for r in rows:
         writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
     write_text(out / "results.csv", buf.getvalue())
+    from featureode.core.provenance import provenance
+    from featureode.results.trajectory import write_json
+
+    write_json(out / "results.meta.json", {"columns": list(columns), "rows": len(rows), "provenance": provenance()})
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -88,16 +92,60 @@ def _arrow_column(pa: Any, values: list[Any]) -> Any:
     return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
+#: Columns of ``results.csv`` that hold numbers (or nothing).
+NUMERIC_COLUMNS = ("seed", "t50", "t10", "t50_ratio", "t10_ratio", "log_rms", "mlp_t50", "mlp_t10", "t_max")
+
+
 def read_results(path: "str | Path") -> list[dict[str, Any]]:
-    """Rows of a ``results.csv`` with numbers parsed (empty cells → ``None``); the reader of ``featureode plot``."""
+    """Rows of a ``results.csv`` with numbers parsed (empty cells → ``None``); the one checked reader (``featureode
+    plot`` uses it). A file that is not what a sweep writes — not UTF-8 text, a header without the result columns
+    or with columns that are neither those nor config keys, a row with too few or too many cells (a truncated
+    file), a non-number in a numeric column — is refused in one line naming the file, the line and the fix (the
+    sweep rebuilds ``results.csv`` from its run folders, reusing every finished run)."""
+    from featureode.workflow.grid import CONFIG_KEYS
+
     path = Path(path)
     if path.is_dir():
         path = path / "results.csv"
     if not path.exists():
         raise SweepError(f"{path} does not exist; run `featureode sweep GRID --out DIR` first")
-    with path.open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return [{k: _parse(v) if k not in ("status", "run", "variant") else v for k, v in r.items()} for r in rows]
+    fix = "rerun `featureode sweep GRID --out DIR` to rebuild it from the run folders"
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            lines = list(reader)
+    except UnicodeDecodeError as exc:
+        raise SweepError(f"{path} is not a results table (not UTF-8 text: {exc.reason} at byte {exc.start}); "
+                         f"{fix}") from None
+    except csv.Error as exc:
+        raise SweepError(f"{path} is not a readable CSV table ({exc}); {fix}") from None
+    if not header:
+        raise SweepError(f"{path} is empty; {fix}")
+    missing = [c for c in RESULT_COLUMNS if c not in header]
+    unknown = [c for c in header if c not in RESULT_COLUMNS and c not in CONFIG_KEYS]
+    if missing or unknown:
+        raise SweepError(f"{path} is not a sweep's results table ("
+                         + "; ".join(([f"missing columns: {', '.join(missing)}"] if missing else [])
+                                     + ([f"unknown columns: {', '.join(map(repr, unknown))}"] if unknown else []))
+                         + f"); {fix}")
+    rows = []
+    for n, cells in enumerate(lines, start=2):
+        if not cells:
+            continue
+        if len(cells) != len(header):
+            raise SweepError(f"{path} line {n} has {len(cells)} cells, the header {len(header)} (a truncated or "
+                             f"edited file); {fix}")
+        row = {}
+        for k, v in zip(header, cells):
+            if k in ("status", "run", "variant"):
+                row[k] = v
+                continue
+            row[k] = _parse(v)
+            if k in NUMERIC_COLUMNS and row[k] is not None and not isinstance(row[k], (int, float)):
+                raise SweepError(f"{path} line {n}: column {k!r} holds {v!r:.40}, not a number; {fix}")
+        rows.append(row)
+    return rows
 
 
 def _parse(text: str) -> Any:

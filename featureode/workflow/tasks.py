@@ -15,7 +15,8 @@ from featureode.config import MLP_SECTIONS, Config, resolved_device
 from featureode.results.trajectory import TrajectoryFileError, read_json, write_json
 from featureode.workflow.grid import AUTO, probe_config
 from featureode.workflow.horizon import auto_t_max
-from featureode.workflow.runs import STAMP, claim, locked, read_stamp, release, same_config
+from featureode.workflow.runs import (STAMP, claim, finished, locked, mark_finished, read_stamp, release,
+                                      same_config)
 
 #: The most networks trained together in one batch on a GPU.
 MAX_BATCH = 64
@@ -75,6 +76,9 @@ class RunOutcome:
 
 
 _VARIANT_KEYS = ("t50", "t10", "t50_ratio", "t10_ratio", "log_rms", "t50_ratio_range", "t10_ratio_range", "error")
+#: Files of a finished run: a comparison, an ODE-only solve.
+FULL_FILES = ("ode.json", "ode.npz", "mlp.json", "mlp.npz", "report.json", "report.md", "report.png")
+ODE_FILES = ("ode.json", "ode.npz")
 
 
 def _outcome_from_files(task: RunTask, stamp: dict[str, Any]) -> RunOutcome | None:
@@ -83,6 +87,8 @@ def _outcome_from_files(task: RunTask, stamp: dict[str, Any]) -> RunOutcome | No
     folder, seed = Path(task.run_dir), int(stamp["config"]["training"]["seed"])
     t_max = float(stamp["config"]["training"]["t_max"])
     try:
+        if not finished(folder, stamp["digest"], FULL_FILES):
+            raise TrajectoryFileError("not finished")
         rep = read_json(folder / "report.json")
         if rep.get("digest", stamp["digest"]) == stamp["digest"]:
             return RunOutcome(task.name, seed, "ok", t_max, {k: rep["mlp"].get(k) for k in ("t50", "t10")},
@@ -90,7 +96,7 @@ def _outcome_from_files(task: RunTask, stamp: dict[str, Any]) -> RunOutcome | No
                               reused=True)
     except (TrajectoryFileError, KeyError, TypeError, AttributeError):
         pass
-    if not task.ode_only:
+    if not task.ode_only or not finished(folder, stamp["digest"], ODE_FILES):
         return None
     try:
         ode = read_json(folder / "ode.json")
@@ -190,6 +196,8 @@ def _solve_many(todo: Sequence[tuple[int, RunTask, Config]]) -> dict[int, RunOut
                 built = kernel_theory_batch([c for _, c in part], with_gram=basis == "extended")
                 theories.update({i: th for (i, _), th in zip(part, built)})
         solve_batch([c for _, _, c in todo], [theories[i] for i, _, _ in todo], [t.run_dir for _, t, _ in todo])
+        for _, task, cfg in todo:
+            mark_finished(task.run_dir, cfg, ODE_FILES)
     except Exception:  # noqa: BLE001 — each run then reports its own error
         return {i: _run_one(task, cfg) for i, task, cfg in todo}
     out = {}
@@ -219,6 +227,7 @@ def _run_one(task: RunTask, cfg: Config) -> RunOutcome:
             from featureode.ode.solve import solve_config
 
             solve_config(cfg, folder)  # a failed variant keeps its "error" in ode.json
+            mark_finished(folder, cfg, ODE_FILES)
         else:
             from featureode.workflow.compare import compare_config
 
