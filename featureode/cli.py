@@ -122,10 +122,10 @@ def cmd_kernel(args: argparse.Namespace) -> int:
     cfg = _config(args)
     rep = kernel_report(cfg)
     if args.hea_figure:
-        from featureode.kernel.theory import exact_vs_hea_figure
+        from featureode.export.hea_figure import exact_vs_hea_figure
 
         exact_vs_hea_figure(args.hea_figure, cfg.network.activation, cfg.network.bias_std,
-                            exponent=cfg.data.exponent, offset=cfg.data.offset)
+                            exponent=cfg.data.exponent, offset=cfg.data.offset, style=args.style)
     if args.json:
         _print_json(rep)
         return 0
@@ -179,7 +179,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``."""
     from featureode.workflow.compare import compare_config
 
-    compare_config(_config_for_out(args), args.out, progress=not args.quiet, figure_variant=args.figure_variant)
+    compare_config(_config_for_out(args), args.out, progress=not args.quiet, figure_variant=args.figure_variant,
+                   fmt=args.format, style=args.style)
     print(Path(args.out, "report.md").read_text())
     return 0
 
@@ -225,7 +226,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.plot:
         from featureode.workflow.plot import natural_plots
 
-        for path in natural_plots(args.out, grid, args.ode_only):
+        for path in natural_plots(args.out, grid, args.ode_only, fmt=args.format, style=args.style):
             print(f"wrote {path}")
     return 0
 
@@ -239,6 +240,7 @@ def _sweep_footer(res: Any) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """``featureode plot``: a phase diagram (heatmap over two keys, line over one) of a sweep's results."""
+    from featureode.export.style import figure_format, save_figure
     from featureode.workflow.plot import PlotError, phase_figure
     from featureode.workflow.sweeps import read_results
 
@@ -248,11 +250,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if not sep:
             raise PlotError(f"--where {item!r} must be KEY=VALUE, e.g. --where data.dim=16")
         where[key.strip()] = value.strip()
-    fig = phase_figure(read_results(args.dir), args.x, args.y, args.metric, args.variant, where or None)
-    out = Path(args.out) if args.out else Path(args.dir) / "plots" / f"{args.metric}.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
+    fmt = figure_format(args.out, args.format)
+    variant = args.variant[0] if args.variant and len(args.variant) == 1 else args.variant
+    fig = phase_figure(read_results(args.dir), args.x, args.y, args.metric, variant, where or None,
+                       style=args.style)
+    out = Path(args.out) if args.out else Path(args.dir) / "plots" / f"{args.metric}.{fmt}"
+    print(f"wrote {save_figure(fig, out, fmt, args.style)}")
     return 0
 
 
@@ -323,6 +326,18 @@ def build_parser() -> argparse.ArgumentParser:
         sp_.set_defaults(func=fn)
         return sp_
 
+    def figure_options(c: argparse.ArgumentParser, fmt: bool = True) -> None:
+        from featureode.export.style import FORMATS, STYLES
+
+        if fmt:
+            c.add_argument("--format", choices=FORMATS, default=None if c.prog.endswith(" plot") else "png",
+                           help="figure file format: png (raster), pdf or svg (vector)"
+                           + ("; default: the --out suffix, else png" if c.prog.endswith(" plot") else
+                              " (default png)"))
+        c.add_argument("--style", choices=tuple(STYLES), default=None,
+                       help="figure style: report (default), paper (6.75 in wide, 8 pt text), column (3.25 in, "
+                            "8 pt text)")
+
     config_help = ("TOML config file, laid over the built-in default run (featureode/defaults/default.toml; "
                    "default: that run itself)")
     set_help = ("change a config key after the file, before every check: TABLE.KEY=VALUE, the value a TOML literal "
@@ -361,8 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("config", nargs="?", default=None, help=config_help)
     add_set(k)
     k.add_argument("--json", action="store_true", help=json_help)
-    k.add_argument("--hea-figure", metavar="PNG", help="also plot HEA/exact per level for d = 8, 32, 128 (isotropic "
-                   "and the config's power law) with the config's activation and bias_std")
+    k.add_argument("--hea-figure", metavar="FILE", help="also plot HEA/exact per level for d = 8, 32, 128 (isotropic "
+                   "and the config's power law) with the config's activation and bias_std (.png, .pdf or .svg)")
+    figure_options(k, fmt=False)
 
     dv = add("derive", cmd_derive, "standalone LaTeX document of the ODE system of a config")
     dv.add_argument("config", nargs="?", default=None, help=config_help)
@@ -388,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--figure-variant", action="append", metavar="NAME",
                            help="ODE variant drawn in the figure's mode and eigenvalue panels (repeatable; default: "
                                 "displacement if listed, else the first)")
+            figure_options(c)
 
     from featureode.workflow.grid import suite_names
 
@@ -420,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--ode-only", action="store_true", help="the ODE's predictions only (no network trained)")
     sw.add_argument("--list", action="store_true", help="print the points, their count and a time estimate")
     sw.add_argument("--plot", action="store_true", help="also write the natural phase diagrams to DIR/plots/")
+    figure_options(sw)
     sw.add_argument("--yes", action="store_true", help="run a grid of more than 10 000 runs")
 
     pl = add("plot", cmd_plot, "phase diagram of a sweep: heatmap over two keys, line over one")
@@ -429,10 +447,13 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--y", metavar="KEY", help="second key: a heatmap")
     pl.add_argument("--metric", default="t10_ratio", help="t10_ratio (default), t50_ratio, log_rms, t50, t10, "
                     "mlp_t50, mlp_t10, t_max")
-    pl.add_argument("--variant", help="one ODE variant (default: one panel per variant)")
+    pl.add_argument("--variant", action="append", metavar="NAME",
+                    help="ODE variant to draw (repeatable: several are overlaid on one axes in a line plot, one panel "
+                         "each in a heatmap; default: one panel per variant)")
     pl.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                     help="keep the rows with KEY = VALUE (for a key not on an axis)")
-    pl.add_argument("--out", metavar="PNG", help="default DIR/plots/METRIC.png")
+    pl.add_argument("--out", metavar="FILE", help="default DIR/plots/METRIC.FORMAT")
+    figure_options(pl)
     return p
 
 
@@ -449,6 +470,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("featureode.sim.mlp", "MLPError"), ("featureode.ode.solve", "SolveError"), ("featureode.workflow.runs", "RunFolderError"),
     ("featureode.export.report", "ReportError"), ("featureode.workflow.sweeps", "SweepError"), ("featureode.workflow.plot", "PlotError"),
     ("featureode.ode.replay", "ReplayError"), ("featureode.export.diagnostics", "DiagnosticsError"),
+    ("featureode.export.style", "StyleError"),
     ("builtins", "FileExistsError"), ("builtins", "FileNotFoundError"), ("builtins", "PermissionError"),
     ("builtins", "IsADirectoryError"), ("builtins", "NotADirectoryError"))
 

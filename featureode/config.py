@@ -323,6 +323,12 @@ class Config:
     ode: ODEConfig = field(default_factory=ODEConfig)
     source: str = ""
 
+    def __repr__(self) -> str:
+        n, o, t = self.network, self.ode, self.training
+        return (f"Config({self.target.expr!r}, d = {self.data.dim}, {n.activation} N = {n.width}, γ = {n.richness:g}, "
+                f"σ_b = {n.bias_std:g}; t_max = {t.t_max:g}, seed {t.seed}; ODE {', '.join(o.variants)} on the "
+                f"{o.basis} basis" + (f"; from {self.source}" if self.source else "") + ")")
+
     # derived objects --------------------------------------------------------------------------------------------
     def spectrum(self) -> Spectrum:
         """The covariance spectrum of ``[data]`` (in descending order; a covariance is diagonalised)."""

@@ -174,7 +174,7 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Any = None, ode_only: boo
     write ``results.csv`` (+ parquet) as runs complete and ``summary.md``/``summary.json`` at the end.
 
     A run that fails, or whose worker dies, is retried once, then recorded with its error; the sweep goes on."""
-    from tqdm import tqdm
+    from tqdm.auto import tqdm
 
     out = Path(out)
     runs = plan(grid, out, ode_only, yes)
