@@ -84,10 +84,12 @@ def _diagnostics(mlp: Trajectory, variants: Mapping[str, Trajectory], modes: Seq
     rows = list(variants.items())
     small = PAPER_MIN_FONT_PT if st.compact else 7  # notes and legends
     if ax is None:
-        size = figsize or st.size((15, 3.0 * len(rows) + 0.6), aspect=(0.62 * len(rows) + 0.1) * 4 / 15
-                                  if st.name != "column" else 0.75 * len(rows) + 0.1)
+        size = figsize or st.size((15, 3.0 * len(rows) + 0.6), aspect=(0.8 * len(rows) + 0.1) * 4 / 15
+                                  if st.name != "column" else 1.3 * len(rows) + 0.1)
         fig = new_figure(size, layout="constrained")
-        axes = fig.subplots(len(rows), 4, squeeze=False)
+        # one row of four panels per variant; in a single column, two rows of two
+        axes = (fig.subplots(2 * len(rows), 2, squeeze=False).reshape(-1, 4) if st.name == "column"
+                else fig.subplots(len(rows), 4, squeeze=False))
         if title:
             fig.suptitle(title)
     else:
