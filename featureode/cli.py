@@ -79,10 +79,29 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 # config-driven commands
 # ----------------------------------------------------------------------------------------------------------------
-def _config(path: str | None) -> Any:
+def _config(path: "str | argparse.Namespace | None") -> Any:
+    """The config of a command: ``args.config`` laid over the built-in default, with ``args.set`` applied."""
     from featureode.config import load_config
 
+    if isinstance(path, argparse.Namespace):
+        return load_config(path.config, getattr(path, "set", None) or ())
     return load_config(path)
+
+
+def _grid_with_sets(grid: Any, sets: Sequence[str]) -> Any:
+    """``grid`` with ``--set`` items applied to its base config (a key that is an axis of the grid is refused)."""
+    if not sets:
+        return grid
+    import dataclasses
+
+    from featureode.config import apply_sets, parse_set
+    from featureode.workflow.grid import GridError
+
+    for item in sets:
+        key = ".".join(parse_set(item)[0][:2])
+        if key in grid.keys:
+            raise GridError(f"--set {item!r}: {key} is an axis of {grid.source}; change it in the grid file")
+    return dataclasses.replace(grid, base=apply_sets(grid.base, sets))
 
 
 def _config_for_out(args: argparse.Namespace) -> Any:
@@ -94,7 +113,7 @@ def _config_for_out(args: argparse.Namespace) -> Any:
 
     from featureode.workflow.runs import prepare, release
 
-    cfg = _config(args.config)
+    cfg = _config(args)
     prepare(Path(args.out), cfg, force=args.force)
     atexit.register(release, Path(args.out))  # the command holds the folder until the process ends
     return cfg
@@ -104,14 +123,14 @@ def cmd_kernel(args: argparse.Namespace) -> int:
     """``featureode kernel``: exact and HEA ``λ_β(0)`` of the target's modes, ``Λ_l`` and ``c_l``."""
     from featureode.kernel.theory import kernel_report
 
-    cfg = _config(args.config)
+    cfg = _config(args)
     rep = kernel_report(cfg)
     if args.hea_figure:
-        from featureode.kernel.theory import exact_vs_hea_figure
+        from featureode.export.hea_figure import exact_vs_hea_figure
 
         _check_figure_path(args.hea_figure, "--hea-figure")
         exact_vs_hea_figure(args.hea_figure, cfg.network.activation, cfg.network.bias_std,
-                            exponent=cfg.data.exponent, offset=cfg.data.offset)
+                            exponent=cfg.data.exponent, offset=cfg.data.offset, style=args.style)
     if args.json:
         _print_json(rep)
         return 0
@@ -128,7 +147,7 @@ def cmd_derive(args: argparse.Namespace) -> int:
     """``featureode derive``: the LaTeX document of the config's ODE family."""
     from featureode.export.latex import derive_document
 
-    text = derive_document(_config(args.config))
+    text = derive_document(_config(args))
     if args.latex:
         Path(args.latex).parent.mkdir(parents=True, exist_ok=True)
         Path(args.latex).write_text(text)
@@ -169,7 +188,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``featureode compare``: ODE vs MLP; writes ``DIR/report.*``."""
     from featureode.workflow.compare import compare_config
 
-    compare_config(_config_for_out(args), args.out, progress=not args.quiet, figure_variant=args.figure_variant)
+    compare_config(_config_for_out(args), args.out, progress=not args.quiet, figure_variant=args.figure_variant,
+                   fmt=args.format, style=args.style)
     print(Path(args.out, "report.md").read_text())
     return 0
 
@@ -177,11 +197,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """``featureode validate``: run a shipped validation grid (``featureode/suites/SUITE.toml``) as a sweep; writes
     ``DIR/results.csv`` and ``DIR/summary.*``."""
-    from featureode.workflow.sweeps import make_executor, run_suite
+    from featureode.workflow.grid import load_grid, suite_path
+    from featureode.workflow.sweeps import apply_basis, list_text, make_executor, plan, run_sweep
 
+    grid = _grid_with_sets(apply_basis(load_grid(suite_path(args.suite)), args.basis), args.set)
+    if args.list:
+        print(list_text(grid, plan(grid, args.out, yes=True), False, args.jobs))
+        return 0
     executor = make_executor(args.executor, args.jobs, args.scheduler)
     try:
-        res = run_suite(args.suite, args.out, executor, basis=args.basis, force=args.force, progress=not args.quiet)
+        res = run_sweep(grid, args.out, executor, force=args.force, progress=not args.quiet,
+                        title=f"validation suite `{args.suite}`")
     finally:
         executor.close()
     _sweep_footer(res)
@@ -197,7 +223,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from featureode.workflow.grid import load_grid
     from featureode.workflow.sweeps import apply_basis, list_text, make_executor, plan, run_sweep
 
-    grid = apply_basis(load_grid(args.grid), args.basis)
+    grid = _grid_with_sets(apply_basis(load_grid(args.grid), args.basis), args.set)
     if args.list:
         print(list_text(grid, plan(grid, args.out, args.ode_only, yes=True), args.ode_only, args.jobs))
         return 0
@@ -211,7 +237,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.plot:
         from featureode.workflow.plot import natural_plots
 
-        for path in natural_plots(args.out, grid, args.ode_only):
+        for path in natural_plots(args.out, grid, args.ode_only, fmt=args.format, style=args.style):
             print(f"wrote {path}")
     return 1 if res.failed else 0
 
@@ -225,6 +251,7 @@ def _sweep_footer(res: Any) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """``featureode plot``: a phase diagram (heatmap over two keys, line over one) of a sweep's results."""
+    from featureode.export.style import figure_format, save_figure
     from featureode.workflow.plot import PlotError, phase_figure
     from featureode.workflow.sweeps import read_results
 
@@ -234,12 +261,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if not sep:
             raise PlotError(f"--where {item!r} must be KEY=VALUE, e.g. --where data.dim=16")
         where[key.strip()] = value.strip()
-    out = Path(args.out) if args.out else Path(args.dir) / "plots" / f"{args.metric}.png"
+    fmt = figure_format(args.out, args.format)
+    out = Path(args.out) if args.out else Path(args.dir) / "plots" / f"{args.metric}.{fmt}"
     _check_figure_path(out, "--out")
-    fig = phase_figure(read_results(args.dir), args.x, args.y, args.metric, args.variant, where or None)
+    variant = args.variant[0] if args.variant and len(args.variant) == 1 else args.variant
+    fig = phase_figure(read_results(args.dir), args.x, args.y, args.metric, variant, where or None,
+                       style=args.style)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
+    print(f"wrote {save_figure(fig, out, fmt, args.style)}")
     return 0
 
 
@@ -351,7 +380,26 @@ def build_parser() -> argparse.ArgumentParser:
         sp_.set_defaults(func=fn)
         return sp_
 
-    config_help = "TOML config file (default: the built-in example run)"
+    def figure_options(c: argparse.ArgumentParser, fmt: bool = True) -> None:
+        from featureode.export.style import FORMATS, STYLES
+
+        if fmt:
+            c.add_argument("--format", choices=FORMATS, default=None if c.prog.endswith(" plot") else "png",
+                           help="figure file format: png (raster), pdf or svg (vector)"
+                           + ("; default: the --out suffix, else png" if c.prog.endswith(" plot") else
+                              " (default png)"))
+        c.add_argument("--style", choices=tuple(STYLES), default=None,
+                       help="figure style: report (default), paper (6.75 in wide, 8 pt text), column (3.25 in, "
+                            "8 pt text)")
+
+    config_help = ("TOML config file, laid over the built-in default run (featureode/defaults/default.toml; "
+                   "default: that run itself)")
+    set_help = ("change a config key after the file, before every check: TABLE.KEY=VALUE, the value a TOML literal "
+                "(0.1, true, [\"lazy\", \"agop\"]; other text is a string), e.g. --set network.richness=0.1 "
+                "(repeatable; stored in the run's config.json)")
+
+    def add_set(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--set", action="append", default=[], metavar="TABLE.KEY=VALUE", help=set_help)
     json_help = "print the result as JSON (the keys of DESIGN §6) instead of a table"
 
     h = add("hermite", cmd_hermite, "Hermite coefficients μ_0..μ_N of an activation")
@@ -382,12 +430,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = add("kernel", cmd_kernel, "init NTK eigenvalues (exact and HEA) and closure constants of a config")
     k.add_argument("config", nargs="?", default=None, help=config_help)
+    add_set(k)
     k.add_argument("--json", action="store_true", help=json_help)
-    k.add_argument("--hea-figure", metavar="PNG", help="also plot HEA/exact per level for d = 8, 32, 128 (isotropic "
-                   "and the config's power law) with the config's activation and bias_std")
+    k.add_argument("--hea-figure", metavar="FILE", help="also plot HEA/exact per level for d = 8, 32, 128 (isotropic "
+                   "and the config's power law) with the config's activation and bias_std (.png, .pdf or .svg)")
+    figure_options(k, fmt=False)
 
     dv = add("derive", cmd_derive, "standalone LaTeX document of the ODE system of a config")
     dv.add_argument("config", nargs="?", default=None, help=config_help)
+    add_set(dv)
     dv.add_argument("--latex", metavar="FILE", help="write the document here (default: print it)")
 
     for name, fn, help_ in (("solve", cmd_solve, "integrate the ODE variants of a config"),
@@ -395,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                             ("compare", cmd_compare, "ODE vs MLP on one config: report.json/.md/.png")):
         c = add(name, fn, help_)
         c.add_argument("config", nargs="?", default=None, help=config_help)
+        add_set(c)
         c.add_argument("--out", type=_out_dir, required=name != "compare", default="featureode-out", metavar="DIR",
                        help="output folder" + (" (default: featureode-out)" if name == "compare" else ""))
         c.add_argument("--force", action="store_true",
@@ -408,6 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--figure-variant", action="append", metavar="NAME",
                            help="ODE variant drawn in the figure's mode and eigenvalue panels (repeatable; default: "
                                 "displacement if listed, else the first)")
+            figure_options(c)
 
     from featureode.workflow.grid import suite_names
 
@@ -423,12 +476,15 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--force", action="store_true", help="accept DIR holding another grid; runs whose config "
                        "changed are recomputed")
         c.add_argument("--quiet", action="store_true", help="no progress bar")
+        c.add_argument("--set", action="append", default=[], metavar="TABLE.KEY=VALUE",
+                       help="change a key of the grid's base config (not an axis), as in compare --set; repeatable")
 
     v = add("validate", cmd_validate, "run a shipped validation suite (a grid file: ODE vs MLP) as a sweep")
     v.add_argument("suite", choices=suite_names(), help="grid files in featureode/suites/")
     v.add_argument("--out", type=_out_dir, required=True, metavar="DIR", help="output folder (DIR/runs/CASE per run, results.csv, "
                    "summary.md)")
     executor_options(v, "target")
+    v.add_argument("--list", action="store_true", help="print the suite's points, their count and a time estimate")
 
     sw = add("sweep", cmd_sweep, "run every point of a grid file: DIR/results.csv, DIR/summary.md, DIR/runs/")
     sw.add_argument("grid", help="grid file (TOML: base, [set], [grid], [zip], [sweep])")
@@ -438,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--ode-only", action="store_true", help="the ODE's predictions only (no network trained)")
     sw.add_argument("--list", action="store_true", help="print the points, their count and a time estimate")
     sw.add_argument("--plot", action="store_true", help="also write the natural phase diagrams to DIR/plots/")
+    figure_options(sw)
     sw.add_argument("--yes", action="store_true", help="run a grid of more than 10 000 runs")
 
     pl = add("plot", cmd_plot, "phase diagram of a sweep: heatmap over two keys, line over one")
@@ -447,10 +504,13 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--y", metavar="KEY", help="second key: a heatmap")
     pl.add_argument("--metric", default="t10_ratio", help="t10_ratio (default), t50_ratio, log_rms, t50, t10, "
                     "mlp_t50, mlp_t10, t_max")
-    pl.add_argument("--variant", help="one ODE variant (default: one panel per variant)")
+    pl.add_argument("--variant", action="append", metavar="NAME",
+                    help="ODE variant to draw (repeatable: several are overlaid on one axes in a line plot, one panel "
+                         "each in a heatmap; default: one panel per variant)")
     pl.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                     help="keep the rows with KEY = VALUE (for a key not on an axis)")
-    pl.add_argument("--out", metavar="PNG", help="default DIR/plots/METRIC.png")
+    pl.add_argument("--out", metavar="FILE", help="default DIR/plots/METRIC.FORMAT")
+    figure_options(pl)
     return p
 
 

@@ -8,6 +8,7 @@ import pytest
 from matplotlib.collections import LineCollection
 
 from featureode.cli import main
+from featureode.export.style import label
 from featureode.workflow.plot import PlotError, phase_figure
 from featureode.workflow.sweeps import RESULT_COLUMNS, write_results
 
@@ -42,7 +43,8 @@ def test_heatmap_cells_axes_contour_and_centred_colours():
     assert [ax.get_title() for ax in axes] == ["displacement", "lazy"] or len(axes) == 2
     for ax in axes:
         v = ax.get_title()
-        assert ax.get_xlabel() == "network.richness" and ax.get_ylabel() == "data.dim"
+        # mathtext labels of the config keys (issue 21), not the raw keys
+        assert ax.get_xlabel() == r"$\gamma$" and ax.get_ylabel() == "$d$"
         assert [t.get_text() for t in ax.get_xticklabels()] == ["0.01", "0.1", "0.5"]
         assert [t.get_text() for t in ax.get_yticklabels()] == ["8", "16"]
         texts = _texts(ax)
@@ -71,7 +73,7 @@ def test_line_with_seed_error_bars_and_one_variant():
     rows = [r for r in _rows() if r["data.dim"] == 16]
     fig = phase_figure(rows, "network.richness", None, "t50_ratio", variant="lazy", where={"data.dim": "16"})
     (ax,) = fig.axes
-    assert ax.get_title() == "lazy" and ax.get_xlabel() == "network.richness" and ax.get_ylabel() == "t50_ratio"
+    assert ax.get_title() == "lazy" and ax.get_xlabel() == r"$\gamma$" and ax.get_ylabel() == label("t50_ratio")
     line = ax.lines[0]
     want = [statistics.fmean([_ratio("lazy", g, 16, s) for s in (0, 1, 2)]) for g in GAMMAS]
     np.testing.assert_allclose(line.get_xdata(), GAMMAS)

@@ -95,7 +95,7 @@ def test_figure_labels_crossings_targets_and_colours():
     axes = fig.axes
     assert len(axes) == 3
     for ax in axes:
-        assert ax.get_xlabel() == "t" and ax.get_ylabel()
+        assert ax.get_xlabel() == "$t$" and ax.get_ylabel()  # mathtext labels (issue 21)
     # crossings marked on the loss panel, at the analytic times: MLP ln 2 / ln 10, ODE (rate r) ln 2/(2r), ln 10/(2r)
     t50, t10 = _crossings(axes[0], "t50"), _crossings(axes[0], "t10")
     assert t50["MLP test loss"] == pytest.approx(math.log(2), rel=1e-9)

@@ -13,7 +13,6 @@ eigenvalues ``λ_β(t)``. One colour per variant (the MLP is black) and one line
 """
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,17 @@ import numpy as np
 from featureode.core.errors import FeatureODEError
 from featureode.config import Config
 from featureode.results.metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss
+from featureode.export.style import (  # noqa: F401  (variant_colours re-exported)
+    MLP_COLOUR,
+    MLP_IN_SUPPORT_COLOUR,
+    PAPER_MIN_FONT_PT,
+    figure_bytes,
+    label,
+    new_figure,
+    styled,
+    variant_colour,
+    variant_colours,
+)
 from featureode.results.trajectory import ODEResult, Trajectory, json_ready, write_bytes, write_json, write_text
 
 if TYPE_CHECKING:
@@ -31,8 +41,6 @@ if TYPE_CHECKING:
 
 #: Line style of the k-th mode shown (the same in every panel).
 MODE_STYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 2)))
-MLP_COLOUR = "black"
-MLP_IN_SUPPORT_COLOUR = "0.55"
 LEVELS = {"t50": 0.5, "t10": 0.1}
 
 
@@ -67,6 +75,10 @@ class MLPSummary:
                    crossing_time(t, insup / insup[0], 0.5), crossing_time(t, insup / insup[0], 0.1),
                    mlp.status.complete, mlp.end_t, mlp.status.error)
 
+    def __repr__(self) -> str:
+        return (f"MLPSummary({len(self.t)} times to t = {self.reached_t:.4g}: t50 = {_num(self.t50, 4)}, "
+                f"t10 = {_num(self.t10, 4)}; {self.status})")
+
     @property
     def status(self) -> str:
         """``"ok"``, or how the run ended early."""
@@ -95,6 +107,13 @@ class VariantReport:
     metrics: CurveMetrics | None
     in_support: CurveMetrics | None
     error: str | None = None
+
+    def __repr__(self) -> str:
+        if self.metrics is None:
+            return f"VariantReport({self.name!r}: no curve; {self.status})"
+        m = self.metrics
+        return (f"VariantReport({self.name!r}: t50 = {_num(m.t50, 4)}, t10 = {_num(m.t10, 4)}, t50 ratio "
+                f"{m.t50_ratio.text()}, t10 ratio {m.t10_ratio.text()}, log-RMS {_num(m.log_rms)})")
 
     @property
     def status(self) -> str:
@@ -151,20 +170,26 @@ class Report:
         """``report.md``: the metrics table."""
         return report_markdown(self)
 
-    def figure(self, variant: "str | Sequence[str] | None" = None) -> "Figure":
-        """The report's figure (:func:`report_figure`)."""
-        return report_figure(self, variant)
+    def figure(self, variant: "str | Sequence[str] | None" = None, **kw: Any) -> "Figure":
+        """The report's figure (:func:`report_figure`; ``figsize``, ``ax``, ``style`` passed on)."""
+        return report_figure(self, variant, **kw)
 
-    def write(self, out: "str | Path", variant: "str | Sequence[str] | None" = None) -> None:
-        """Write ``out/report.json``, ``report.md`` and ``report.png`` (atomically)."""
+    def write(self, out: "str | Path", variant: "str | Sequence[str] | None" = None, fmt: str = "png",
+              style: "str | Mapping[str, Any] | None" = None) -> None:
+        """Write ``out/report.json``, ``report.md`` and the figure ``report.FMT`` (``png``, ``pdf`` or ``svg``;
+        atomically)."""
         out = Path(out)
         from featureode.core.provenance import provenance
 
         write_json(out / "report.json", {**self.to_json(), "provenance": provenance()})
-        write_text(out / "report.md", self.markdown())
-        buf = io.BytesIO()
-        self.figure(variant).savefig(buf, format="png", dpi=110)
-        write_bytes(out / "report.png", buf.getvalue())
+        write_text(out / "report.md", report_markdown(self, figure=f"report.{fmt}"))
+        write_bytes(out / f"report.{fmt}", figure_bytes(self.figure(variant, style=style), fmt, style))
+
+    def __repr__(self) -> str:
+        each = "; ".join(f"{k} t10 ratio {v.metrics.t10_ratio.text()}" if v.metrics is not None else f"{k} failed"
+                         for k, v in self.variants.items())
+        return (f"Report({self.config.target.expr!r}, d = {self.config.data.dim}, "
+                f"γ = {self.config.network.richness:g}: MLP t10 = {_num(self.mlp.t10, 4)}; {each}; {self.status})")
 
 
 def build_report(cfg: Config, ode: ODEResult, mlp: Trajectory, wall_s: float | None = None) -> Report:
@@ -193,8 +218,8 @@ def _num(x: float | None, digits: int = 3) -> str:
     return "—" if x is None else f"{x:.{digits}g}"
 
 
-def report_markdown(report: Report) -> str:
-    """The metrics table of ``report.md``."""
+def report_markdown(report: Report, figure: str = "report.png") -> str:
+    """The metrics table of ``report.md`` (``figure``: the figure file it shows)."""
     cfg, m = report.config, report.mlp
     lines = [f"# featureode compare: `{cfg.target.expr}`, d = {cfg.data.dim}, γ = {cfg.network.richness}, "
              f"{cfg.network.activation}, N = {cfg.network.width}",
@@ -218,21 +243,13 @@ def report_markdown(report: Report) -> str:
     lines += [f"\n**{name} failed**: {v.error}" for name, v in report.variants.items() if v.error]
     lines += ["", "Ratios are ODE/MLP (`< x`, `> x`: a bound, where one curve ends before it crosses); log-RMS is the "
               "RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",
-              "![report](report.png)", ""]
+              f"![report]({figure})", ""]
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # report.png
 # ----------------------------------------------------------------------------------------------------------------
-def variant_colours(names: Sequence[str]) -> dict[str, Any]:
-    """One colour per ODE variant, in the listed order (matplotlib's default cycle; the MLP is black)."""
-    import matplotlib
-
-    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {name: cycle[k % len(cycle)] for k, name in enumerate(names)}
-
-
 def figure_variants(names: Sequence[str], variant: "str | Sequence[str] | None") -> list[str]:
     """The variants drawn in the mode and eigenvalue panels, out of ``names``: ``variant`` (a name or several), by
     default ``displacement`` if present, else the first. An unknown name is a :class:`ReportError` listing the valid ones."""
@@ -275,59 +292,102 @@ def _log_ticks(ax: Any, which: str) -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def report_figure(report: Report, variant: "str | Sequence[str] | None" = None) -> "Figure":
+def report_figure(report: Report, variant: "str | Sequence[str] | None" = None, *,
+                  figsize: tuple[float, float] | None = None, ax: Any = None,
+                  style: "str | Mapping[str, Any] | None" = None) -> "Figure":
     """A :class:`matplotlib.figure.Figure` of three panels on shared log-time axes: the loss ``L(t)/L(0)`` (MLP test
     and in-support loss, every ODE variant; the levels 0.5 and 0.1 with each curve's ``t50``/``t10`` marked), the
     mode coefficients ``f_β(t)`` with the targets ``v_β``, and the eigenvalues ``λ_β(t)``. ``variant``: the ODE
-    variant(s) of the last two panels (default ``displacement`` if present, else the first)."""
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
+    variant(s) of the last two panels (default ``displacement`` if present, else the first).
+
+    Colours are :func:`featureode.export.style.variant_colour`'s (the same for a variant in every figure).
+    ``style``: ``"report"`` (default), ``"paper"`` (6.75 in wide, 8 pt text), ``"column"`` (3.25 in, the panels
+    stacked) or a dict of ``rcParams``; ``figsize`` overrides the style's size; ``ax``: draw into the caller's
+    axes instead of a new figure — one :class:`~matplotlib.axes.Axes` (the loss panel alone) or three (every
+    panel). Returns the figure drawn into."""
     from matplotlib.transforms import blended_transform_factory
 
-    cfg, mlp, net = report.config, report.mlp, report.network
-    colours = variant_colours(list(report.variants))
-    shown_variants = figure_variants(list(report.variants), variant)
-    fig = Figure(figsize=(17, 5.0))
-    axes = fig.subplots(1, 3, sharex=True)
+    with styled(style) as st:
+        shown_variants = figure_variants(list(report.variants), variant)
+        if ax is None:
+            column = st.name == "column"
+            size = figsize or st.size((17, 5.0), aspect=2.1 if column else 0.36)
+            fig = new_figure(size)
+            axes = list(fig.subplots(3, 1, sharex=True) if column else fig.subplots(1, 3, sharex=True))
+            own = True
+        else:
+            axes = list(ax) if isinstance(ax, (list, tuple)) or hasattr(ax, "ravel") else [ax]
+            axes = list(np.ravel(np.asarray(axes, dtype=object)))
+            if len(axes) not in (1, 3):
+                raise ReportError(f"report_figure draws into one axes (the loss) or three, got {len(axes)}")
+            fig, own = axes[0].figure, False
+        small = PAPER_MIN_FONT_PT if st.compact else 7
+        _loss_panel(axes[0], report, small, st.compact)
+        if len(axes) == 3:
+            _mode_panels(axes[1], axes[2], report, shown_variants, small, st.compact)
+        for a, which in ((axes[0], "x"), (axes[0], "y")) + (((axes[2], "y"),) if len(axes) == 3 else ()):
+            _log_ticks(a, which)
+        if own:
+            cfg = report.config
+            head = (f"{cfg.target.expr}, $d = {cfg.data.dim}$, $\\gamma = {cfg.network.richness:g}$, "
+                    f"{cfg.network.activation}, $N = {cfg.network.width}$")
+            if not st.compact:
+                head += (f"; batch {cfg.training.batch}, seed {cfg.training.seed}, "
+                         f"t_max = {cfg.training.t_max:g} (bands: ±2 s.e.)")
+            fig.suptitle(head)
+            fig.tight_layout()
+    return fig
 
-    # loss ------------------------------------------------------------------------------------------------------
-    ax = axes[0]
+
+def _loss_panel(ax: Any, report: Report, small: float, compact: bool) -> None:
+    from matplotlib.transforms import blended_transform_factory
+
+    mlp = report.mlp
     at_right = blended_transform_factory(ax.transAxes, ax.transData)
     for key, level in LEVELS.items():
         ax.axhline(level, color="0.7", lw=0.8, ls=":", zorder=0)
-        ax.text(0.99, level, f"{level:g} ({key})", transform=at_right, ha="right", va="bottom", fontsize=7,
-                color="0.35")
-    pos = _positive(mlp.t)
+        ax.text(0.99, level, f"{level:g} ($t_{{{key[1:]}}}$)", transform=at_right, ha="right", va="bottom",
+                fontsize=small, color="0.35")
     curves = [("MLP test loss", mlp.t, mlp.loss, MLP_COLOUR, 2.2),
               ("MLP in-support loss", mlp.t, mlp.in_support_loss / mlp.in_support_loss[0], MLP_IN_SUPPORT_COLOUR,
                1.5)]
-    curves += [(f"ODE {name}", v.t, v.loss, colours[name], 1.5) for name, v in report.variants.items()
+    curves += [(f"ODE {name}", v.t, v.loss, variant_colour(name), 1.5) for name, v in report.variants.items()
                if len(v.t) > 1]
-    for label, t, y, colour, lw in curves:
+    scale = 0.6 if compact else 1.0
+    for text, t, y, colour, lw in curves:
         keep = _positive(t)
-        ax.plot(t[keep], y[keep], color=colour, lw=lw, label=label)
+        ax.plot(t[keep], y[keep], color=colour, lw=lw * scale, label=text)
         for key, level in LEVELS.items():
             tc = crossing_time(t, y, level)
             if tc is not None and tc > 0:
-                ax.plot([tc], [level], "o", ms=6, color=colour, mec="white", mew=0.8, zorder=5,
-                        label=f"_{key} {label}")
-    ax.set(xscale="log", yscale="log", xlabel="t", ylabel="L(t)/L(0)", title="loss (dots: t50 and t10 crossings)")
+                ax.plot([tc], [level], "o", ms=6 * scale, color=colour, mec="white", mew=0.8 * scale, zorder=5,
+                        label=f"_{key} {text}")
+    ax.set(xscale="log", yscale="log", xlabel=label("t"), ylabel=label("loss"),
+           title="loss" if compact else r"loss (dots: $t_{50}$ and $t_{10}$ crossings)")
     ax.set_ylim(bottom=max(1e-4, ax.get_ylim()[0]))
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=small if compact else 8, loc="lower left")
 
-    # modes and eigenvalues -------------------------------------------------------------------------------------
+
+def _mode_panels(ax_f: Any, ax_l: Any, report: Report, shown_variants: Sequence[str], small: float,
+                 compact: bool) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import blended_transform_factory
+
+    net = report.network
+    pos = _positive(report.mlp.t)
     ode_modes, mlp_modes = list(report.ode.modes), list(net.modes)
     target = dict(zip(ode_modes, np.asarray(report.ode.target, float)))
     shown = [m for m in mlp_modes if m in ode_modes][:len(MODE_STYLES)]
     style = dict(zip(shown, MODE_STYLES))
-    for ax, key, ylabel, title in ((axes[1], "f", "f_β(t)", "mode coefficients f_β(t)"),
-                                   (axes[2], "lambda", "λ_β(t)", "eigenvalues λ_β(t)")):
+    scale = 0.6 if compact else 1.0
+    for ax, key, title in ((ax_f, "f", "mode coefficients"), (ax_l, "lambda", "eigenvalues")):
         y_mlp = net.get(key)
         for mode in shown:
             if y_mlp is not None:
                 i = mlp_modes.index(mode)
                 y = np.asarray(y_mlp, float)[:, i]
-                ax.plot(net.t[pos], y[pos], ls=style[mode], color=MLP_COLOUR, lw=1.0, marker="o", ms=2.5)
+                ax.plot(net.t[pos], y[pos], ls=style[mode], color=MLP_COLOUR, lw=1.0 * scale, marker="o",
+                        ms=2.5 * scale)
                 if key == "f" and net.f_stderr is not None:
                     e = np.asarray(net.f_stderr, float)[:, i]
                     ax.fill_between(net.t[pos], (y - 2 * e)[pos], (y + 2 * e)[pos], color=MLP_COLOUR, alpha=0.12,
@@ -340,30 +400,23 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None) 
                     continue
                 keep = _positive(tr.t)
                 ax.plot(tr.t[keep], np.asarray(y_ode, float)[keep, own.index(mode)], ls=style[mode],
-                        color=colours[name], lw=1.6)
-        ax.set(xscale="log", xlabel="t", ylabel=ylabel, title=f"{title}; ODE: {', '.join(shown_variants)}")
+                        color=variant_colour(name), lw=1.6 * scale)
+        full = f"{title} {label(key)}" + ("" if compact else f"; ODE: {', '.join(shown_variants)}")
+        ax.set(xscale="log", xlabel=label("t"), ylabel=label(key), title=full)
         if key == "lambda":
             ax.set_yscale("log")
         handles = [Line2D([], [], color="0.3", ls=style[m], label=m) for m in shown]
         handles += [Line2D([], [], color=MLP_COLOUR, marker="o", ms=3, ls="none", label="MLP")]
-        handles += [Line2D([], [], color=colours[n], lw=1.6, label=f"ODE {n}") for n in shown_variants]
-        ax.legend(handles=handles, fontsize=7, loc="center left" if key == "f" else "best")
+        handles += [Line2D([], [], color=variant_colour(n), lw=1.6 * scale, label=f"ODE {n}")
+                    for n in shown_variants]
+        ax.legend(handles=handles, fontsize=small, loc="center left" if key == "f" else "best")
 
     # the targets v_β on the mode panel, grouped where modes share a value
-    ax = axes[1]
-    at_left = blended_transform_factory(ax.transAxes, ax.transData)
+    at_left = blended_transform_factory(ax_f.transAxes, ax_f.transData)
     groups: dict[float, list[str]] = {}
     for mode in shown:
         groups.setdefault(round(float(target[mode]), 12), []).append(mode)
     for value, modes in groups.items():
-        ax.axhline(value, color="0.6", lw=0.9, ls=style[modes[0]], zorder=0)
-        ax.text(0.01, value, "target " + " = ".join(f"v[{m}]" for m in modes) + f" = {value:.3g}",
-                transform=at_left, ha="left", va="bottom", fontsize=7, color="0.35")
-
-    for ax, which in ((axes[0], "x"), (axes[0], "y"), (axes[2], "y")):
-        _log_ticks(ax, which)
-    fig.suptitle(f"{cfg.target.expr}, d = {cfg.data.dim}, γ = {cfg.network.richness}, {cfg.network.activation}, "
-                 f"N = {cfg.network.width}; batch {cfg.training.batch}, seed {cfg.training.seed}, "
-                 f"t_max = {cfg.training.t_max:g} (bands: ±2 s.e.)")
-    fig.tight_layout()
-    return fig
+        ax_f.axhline(value, color="0.6", lw=0.9 * scale, ls=style[modes[0]], zorder=0)
+        ax_f.text(0.01, value, "target " + " = ".join(f"v[{m}]" for m in modes) + f" = {value:.3g}",
+                  transform=at_left, ha="left", va="bottom", fontsize=small, color="0.35")

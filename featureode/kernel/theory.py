@@ -41,12 +41,12 @@ Layout of the kernel package: :mod:`~featureode.kernel.perneuron` (the per-neuro
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -86,7 +86,7 @@ from featureode.kernel.perneuron import (  # noqa: F401  (re-exported)
 __all__ = [
     "KernelError", "KernelTheory", "Network", "Term", "pair_terms", "exact_eigenvalues", "gram_matrix",
     "level_coefficients", "level_coefficient_exprs", "hea_eigenvalues", "closure_constants", "extended_basis",
-    "kernel_theory", "kernel_theory_batch", "kernel_report", "compare_exact_hea", "exact_vs_hea_figure",
+    "kernel_theory", "kernel_theory_batch", "kernel_report", "compare_exact_hea",
     "network_gram", "network_eigenvalues", "network_closure", "clear_caches", "STEP", "MAX_ORDER",
 ]
 
@@ -108,6 +108,10 @@ class KernelTheory:
     ``kappa``: the derived AGOP constant ``γ² c_1 / Λ_1²``. ``gram_parts``: the readout (NNGP), weights and bias
     parts of ``gram`` (``None`` when ``gram`` is); ``activation``, ``bias_std``: the network they belong to, and
     ``network`` the :class:`~featureode.kernel.network.Network` itself (``None`` for hand-built theories).
+    ``basis``: the mode set it was built on (``"target"``/``"extended"``; ``None`` for hand-built theories), and
+    ``settings``: the solver settings of its config (``t_max``, ``t_min``, ``eigenvalues``, ``method``,
+    ``backend``, ``rtol``, ``atol``, ``n_points``; empty for hand-built ones), which
+    :func:`featureode.ode.solve.solve_variant` takes as its defaults.
     """
 
     modes: tuple[Mode, ...]
@@ -124,6 +128,15 @@ class KernelTheory:
     activation: str = ""
     bias_std: float = 0.0
     network: Network | None = field(default=None, compare=False, repr=False)
+    basis: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __repr__(self) -> str:
+        lead = ", ".join(f"{m}: {v:.3g}" for m, v in list(zip(self.modes, self.lambda_exact))[:3])
+        more = ", …" if len(self.modes) > 3 else ""
+        return (f"KernelTheory({len(self.modes)} modes on the {self.basis or 'given'} basis, d = {len(self.g)}, "
+                f"γ = {self.gamma:g}, {self.activation or 'activation ?'}, σ_b = {self.bias_std:g}; λ(0) {lead}{more}"
+                f"{'; Gram' if self.gram is not None else ''})")
 
     @property
     def kappa(self) -> float:
@@ -283,8 +296,12 @@ def kernel_theory(cfg: Any, basis: str | None = None, with_gram: bool = False, *
         spectrum = network.spectrum if network is not None and network.spectrum is not None else cfg.spectrum()
         network = network or Network.from_config(cfg, spectrum)
         target = target if target is not None else cfg.target_obj(spectrum)
-    return _theory(network, target, float(cfg.network.richness), basis, with_gram, cfg.ode.extended_degree,
-                   cfg.ode.extended_max_modes)
+    theory = _theory(network, target, float(cfg.network.richness), basis, with_gram, cfg.ode.extended_degree,
+                     cfg.ode.extended_max_modes)
+    o, t = cfg.ode, cfg.training
+    settings = {"t_max": t.t_max, "t_min": t.t_min, "eigenvalues": o.eigenvalues, "method": o.method,
+                "backend": o.backend, "rtol": o.rtol, "atol": o.atol, "n_points": o.n_points}
+    return dataclasses.replace(theory, basis=basis, settings=settings)
 
 
 def _theory(net: Network, target: Any, gamma: float, basis: str, with_gram: bool, extended_degree: int,
@@ -380,56 +397,3 @@ def kernel_report(cfg: Any) -> dict[str, Any]:
         "dim": net.dim,
         "seconds": time.perf_counter() - t0,
     }
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# figure
-# ----------------------------------------------------------------------------------------------------------------
-def exact_vs_hea_figure(path: "str | Path", activation: str = "relu", bias_std: float = 0.5,
-                        dims: Sequence[int] = (8, 32, 128), exponent: float = 1.5, offset: float = 3.0,
-                        max_level: int = 3) -> dict[str, Any]:
-    """PNG comparing exact ``λ_β(0)`` with HEA ``Λ_{|β|} g^β`` per level and dimension; returns the plotted data.
-
-    Modes per level ``l``: the product ``z0*…*z_{l−1}`` (solid) and the pure power ``h_l(z0)`` (dashed). Left:
-    isotropic data (``g_i = 1/d``): for products HEA becomes exact as ``d`` grows; pure powers keep an O(1) error,
-    because ``h_l(z0)`` overlaps with ``(|x|² − 1)·h_{l−2}(z0)`` and the radial dependence of Θ contributes at the
-    same order ``d^{−l}`` as ``Λ_l g^β``. Right: the power-law spectrum ``g_i ∝ (i + offset)^(−exponent)``, whose
-    effective dimension stays finite, so ``|x|²`` keeps fluctuating and HEA overestimates levels ≥ 2 at every d.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    levels = range(1, max_level + 1)
-    data: dict[str, Any] = {"dims": list(dims), "activation": activation, "bias_std": bias_std, "panels": {}}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, (name, make) in zip(axes, [
-            ("isotropic", lambda d: Spectrum.power_law(d, 0.0, 1.0)),
-            (f"power law (i+{offset:g})^-{exponent:g}", lambda d: Spectrum.power_law(d, exponent, offset))]):
-        panel: dict[str, list[float]] = {}
-        for level in levels:
-            for mode, style in ((Mode.from_dict({i: 1 for i in range(level)}), "-"),
-                                (Mode.from_dict({0: level}), "--")):
-                if level == 1 and style == "--":
-                    continue
-                ratios = [math.nan if r["hea_over_exact"] is None else r["hea_over_exact"] for d in dims
-                          for r in compare_exact_hea([mode], make(d), activation, bias_std)]
-                panel[str(mode)] = ratios
-                ax.plot(dims, ratios, style, marker="o", color=f"C{level - 1}", label=f"{mode} (level {level})")
-        data["panels"][name] = panel
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(list(dims), [str(d) for d in dims])
-        ax.set_xlabel("dimension d")
-        ax.set_title(name)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("HEA / exact  λ_β(0)")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"HEA vs exact infinite-width NTK eigenvalues at init ({activation}, σ_b = {bias_std:g})")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return data

@@ -334,11 +334,23 @@ def _run_compiled(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: 
 # ----------------------------------------------------------------------------------------------------------------
 # one variant
 # ----------------------------------------------------------------------------------------------------------------
-def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalues: str = "exact", *,
-                  basis: str = "target", backend: str = "numpy", method: str = "rodas4", rtol: float = 1e-8,
-                  atol: float = 1e-10, n_points: int = 200, t_min: float = 1e-2,
-                  jacobian: bool = True) -> Trajectory:
+#: What :func:`solve_variant` uses for a setting that is neither given nor carried by the theory (a hand-built one).
+SOLVE_DEFAULTS: dict[str, Any] = {"eigenvalues": "exact", "backend": "numpy", "method": "rodas4", "rtol": 1e-8,
+                                  "atol": 1e-10, "n_points": 200, "t_min": 1e-2}
+
+
+def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = None, eigenvalues: str | None = None,
+                  *, basis: str | None = None, backend: str | None = None, method: str | None = None,
+                  rtol: float | None = None, atol: float | None = None, n_points: int | None = None,
+                  t_min: float | None = None, jacobian: bool = True) -> Trajectory:
     """Integrate one variant on the modes of ``theory`` (a :class:`featureode.kernel.theory.KernelTheory`) up to ``t_max``.
+
+    Every setting left out is the one the theory was built for: a theory from
+    :func:`~featureode.kernel.theory.kernel_theory` carries its ``basis`` and its config's ``settings``, so
+    ``solve_variant(kernel_theory(cfg), "displacement")`` is the variant as ``solve_config(cfg)`` solves it (with
+    ``t_min = min(training.t_min, t_max/10)``); a hand-built theory falls back to :data:`SOLVE_DEFAULTS` (and needs
+    ``t_max``). A ``basis`` other than the theory's own is refused (:class:`SolveError`): its modes and Gram matrix
+    belong to that basis, and solving another would give another curve without saying so.
 
     ``variant``: a :class:`~featureode.ode.variants.Variant` or a closure name; ``eigenvalues``: ``exact`` or ``hea``
     ``λ_β(0)``; ``basis``: ``target`` (diagonal flow) or ``extended`` (uses ``theory.gram``); ``method``:
@@ -355,6 +367,24 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float, eigenvalu
     :class:`NonFiniteStateError` then names the time and the mode and keeps the curve before it in
     ``error.trajectory`` (with ``status.error`` set).
     """
+    own = dict(getattr(theory, "settings", None) or {})
+    built_for = getattr(theory, "basis", None)
+    if basis is None:
+        basis = built_for or "target"
+    elif built_for is not None and basis != built_for:
+        raise SolveError(f"basis={basis!r}, but this kernel theory was built on the {built_for} basis "
+                         f"({len(theory.modes)} modes); leave basis out, or build the theory with "
+                         f"kernel_theory(cfg, basis={basis!r})")
+    if t_max is None:
+        t_max = own.get("t_max")
+        if t_max is None:
+            raise SolveError("solve_variant needs t_max: this kernel theory was not built from a config (give "
+                             "t_max=…, or build it with kernel_theory(cfg))")
+    if t_min is None:
+        t_min = min(own["t_min"], t_max / 10) if "t_min" in own else SOLVE_DEFAULTS["t_min"]
+    pick = lambda name, given: given if given is not None else own.get(name, SOLVE_DEFAULTS[name])  # noqa: E731
+    eigenvalues, backend, method = pick("eigenvalues", eigenvalues), pick("backend", backend), pick("method", method)
+    rtol, atol, n_points = pick("rtol", rtol), pick("atol", atol), pick("n_points", n_points)
     variant = Variant(variant) if isinstance(variant, str) else variant
     if not isinstance(variant, Variant):
         raise SolveError(f"variant must be a closure name or a Variant, got {variant!r}")

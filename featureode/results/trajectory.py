@@ -127,6 +127,52 @@ class Trajectory:
         """A copy with some :class:`Status` fields changed."""
         return replace(self, status=replace(self.status, **changes))
 
+    def __repr__(self) -> str:
+        n = len(self.t)
+        span = f"t in [{_g(self.t[0])}, {_g(self.t[-1])}]" if n else "no curve"
+        return (f"Trajectory({self.kind} {self.name!r}: {n} times, {span}, {len(self.modes)} modes; "
+                f"t50 = {_g(self.t50)}, t10 = {_g(self.t10)}; {_state(self.status)})")
+
+    def to_pandas(self) -> Any:
+        """The curves as one long :class:`pandas.DataFrame`, a row per (time, quantity, component): columns
+        ``kind``, ``name``, ``t``, ``quantity`` (``loss`` as stored, ``ratio`` = ``L(t)/L(0)``,
+        ``in_support_loss``, ``f``, ``f_stderr``, ``lambda``, ``r`` and every named array, e.g. ``D``, ``s``, ``a2``,
+        ``lambda_parts/readout``), ``component`` (the mode for per-mode quantities, the direction ``i`` for ``r``,
+        empty for scalar series) and ``value``."""
+        pd = _pandas()
+        n = len(self.t)
+        t = np.asarray(self.t, float)
+        frames = []
+        try:
+            ratio = self.ratio if n else None
+        except ValueError:  # L(0) = 0 or not finite: no ratio
+            ratio = None
+        series = [("loss", self.loss), ("ratio", ratio)]
+        series += [(key, getattr(self, attr)) for key, attr in _CORE.items() if key not in ("t", "loss")]
+        series += [(k, v) for k, v in self.arrays.items()]
+        for key, val in series:
+            if val is None:
+                continue
+            arr = np.asarray(val, float)
+            if arr.shape[:1] != (n,) or arr.ndim > 2:
+                continue
+            if arr.ndim == 1:
+                comps, arr = [None], arr[:, None]
+            elif key != "r" and arr.shape[1] == len(self.modes):
+                comps = list(self.modes)
+            else:
+                comps = [str(i) for i in range(arr.shape[1])]
+            frames.append(pd.DataFrame({"t": np.repeat(t, len(comps)), "quantity": key,
+                                        "component": np.tile(np.array(comps, dtype=object), n),
+                                        "value": arr.reshape(-1)}))
+        cols = ["kind", "name", "t", "quantity", "component", "value"]
+        if not frames:
+            return pd.DataFrame(columns=cols)
+        df = pd.concat(frames, ignore_index=True)
+        df.insert(0, "name", self.name)
+        df.insert(0, "kind", self.kind)
+        return df[cols]
+
     # JSON ------------------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """A flat dict with DESIGN §6 keys: ``modes``, ``target``, ``t``, ``loss``, …, ``t50``, ``t10``, every named
@@ -226,6 +272,27 @@ class Trajectory:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise TrajectoryFileError(f"{path} does not hold a trajectory ({exc}); delete it or rerun with "
                                       "--force") from exc
+
+
+def _g(x: Any) -> str:
+    """A number for a one-line summary (4 significant digits; a dash for none)."""
+    return "—" if x is None else f"{float(x):.4g}"
+
+
+def _state(status: Status) -> str:
+    if status.error is not None:
+        text = " ".join(status.error.split())
+        return "error: " + (text if len(text) <= 60 else text[:57] + "...")
+    return "ok" if status.complete else f"stopped at t = {_g(status.reached_t)}"
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("to_pandas needs pandas; install it with `pip install pandas` (or featureode[pandas])") \
+            from None
+    return pandas
 
 
 def _array(v: Any) -> np.ndarray:
@@ -391,6 +458,19 @@ class ODEResult:
     basis: str = "target"
     t_max: float | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        each = "; ".join(f"{k} t50 = {_g(v.t50)}, t10 = {_g(v.t10)}" + ("" if v.status.ok else f" ({_state(v.status)})")
+                         for k, v in self.variants.items())
+        return (f"ODEResult({len(self.variants)} variants on the {self.basis} basis ({len(self.modes)} modes), "
+                f"t_max = {_g(self.t_max)}: {each})")
+
+    def to_pandas(self) -> Any:
+        """Every variant's :meth:`Trajectory.to_pandas` in one long :class:`pandas.DataFrame` (``name`` is the
+        variant)."""
+        pd = _pandas()
+        frames = [tr.to_pandas() for tr in self.variants.values()]
+        return pd.concat(frames, ignore_index=True) if frames else Trajectory.failed("", (), [], "").to_pandas()
 
     @property
     def errors(self) -> dict[str, str]:

@@ -277,7 +277,7 @@ class Simulation:
     def run(self) -> None:
         """Train until every run is complete or out of steps; checkpoints every ``checkpoint_every`` steps, at the
         end, and on Ctrl-C (then raises :class:`SimulationInterrupted`)."""
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
 
         if self.step_count == 0 and not len(self.recorders[0]):
             self._refresh_eta()

@@ -16,15 +16,19 @@ from typing import Sequence
 from featureode.workflow import runs
 from featureode.config import Config
 from featureode.export.report import Report, build_report, figure_variants
+from featureode.export.style import figure_format, get_style
 from featureode.results.trajectory import ODEResult, Trajectory
 
 
 def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
-                   figure_variant: "str | Sequence[str] | None" = None) -> Report:
+                   figure_variant: "str | Sequence[str] | None" = None, fmt: str = "png",
+                   style: "str | None" = None) -> Report:
     """Solve every ODE variant of ``cfg`` into ``out/ode.json``, simulate the MLP into ``out/mlp.json`` (or reuse a
     finished simulation of the same config there), and write ``out/report.json``, ``report.md``, ``report.png`` and
     the closure diagnostics ``report_diagnostics.png`` (:func:`featureode.export.diagnostics.save_diagnostics`).
-    ``figure_variant``: the ODE variant(s) of the figure's mode and eigenvalue panels (default ``displacement``).
+    ``figure_variant``: the ODE variant(s) of the figure's mode and eigenvalue panels (default ``displacement``);
+    ``fmt``: the figures' format (``png``, ``pdf`` or ``svg``: ``report.FMT``, ``report_diagnostics.FMT``);
+    ``style``: their style (:data:`featureode.export.style.STYLES`).
     The variant ``replay`` (:func:`featureode.ode.replay.replay`, driven by this simulation's measured eigenvalues, so
     never parameter-free) is added to ``ode.json`` after the simulation; on the extended basis the simulation then
     measures the Gram on every mode of that basis (a finished simulation that measured fewer is reused, with a
@@ -36,6 +40,7 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
     names = [v.label for v in variants_from_config(cfg.ode, allow_replay=True)]
     with_replay = REPLAY in cfg.ode.variants
     figure_variants(names + [REPLAY] * with_replay, figure_variant)  # checked before the work
+    figure_format(None, fmt), get_style(style)
     out = Path(out)
     with runs.locked(out):
         runs.unmark_finished(out)
@@ -52,15 +57,17 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
         if with_replay:
             ode = _with_replay(cfg, ode, mlp, out)
         report = build_report(cfg, ode, mlp, wall_s=time.time() - t0)
-        report.write(out, variant=figure_variant)
-        _diagnostics(cfg, ode, mlp, out)
-        files = [*COMPARE_FILES, *(["report_diagnostics.png"] if (out / "report_diagnostics.png").exists() else [])]
-        runs.mark_finished(out, cfg, files)   # last: the run is finished only now
+        report.write(out, variant=figure_variant, fmt=fmt, style=style)
+        _diagnostics(cfg, ode, mlp, out, fmt, style)
+        figures = [f"report.{fmt}", *([f"report_diagnostics.{fmt}"] if (out / f"report_diagnostics.{fmt}").exists()
+                                        else [])]
+        runs.mark_finished(out, cfg, [*COMPARE_FILES, *figures])   # last: the run is finished only now
     return report
 
 
-#: What a finished comparison holds (besides the diagnostics figure, when it could be drawn).
-COMPARE_FILES = ("ode.json", "ode.npz", "mlp.json", "mlp.npz", "report.json", "report.md", "report.png")
+#: What a finished comparison holds besides its figures (``report.FMT`` and, when it could be drawn,
+#: ``report_diagnostics.FMT``).
+COMPARE_FILES = ("ode.json", "ode.npz", "mlp.json", "mlp.npz", "report.json", "report.md")
 
 
 def _with_replay(cfg: Config, ode: ODEResult, mlp: Trajectory, out: Path) -> ODEResult:
@@ -82,13 +89,14 @@ def _with_replay(cfg: Config, ode: ODEResult, mlp: Trajectory, out: Path) -> ODE
     return ode
 
 
-def _diagnostics(cfg: Config, ode: ODEResult, mlp: Trajectory, out: Path) -> None:
-    """Write ``report_diagnostics.png``; a diagnostics request that cannot be met (a mode the network did not
+def _diagnostics(cfg: Config, ode: ODEResult, mlp: Trajectory, out: Path, fmt: str = "png",
+                 style: "str | None" = None) -> None:
+    """Write ``report_diagnostics.FMT``; a diagnostics request that cannot be met (a mode the network did not
     measure, say) is a warning naming why, not a failed comparison."""
     from featureode.export.diagnostics import DiagnosticsError, save_diagnostics
 
     title = f"{cfg.target.expr}, d = {cfg.data.dim}, γ = {cfg.network.richness:g}, {cfg.network.activation}"
     try:
-        save_diagnostics(mlp, dict(ode.variants), out, title=title)
+        save_diagnostics(mlp, dict(ode.variants), out, title=title, fmt=fmt, style=style)
     except DiagnosticsError as exc:
-        warnings.warn(f"{out / 'report_diagnostics.png'} not written: {exc}", stacklevel=2)
+        warnings.warn(f"{out / f'report_diagnostics.{fmt}'} not written: {exc}", stacklevel=2)

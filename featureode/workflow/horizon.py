@@ -43,7 +43,9 @@ def auto_t_max(cfg: Config, factor: float = 2.0, cap: float = math.inf) -> float
 
     theory = kernel_theory(cfg, basis="target")
     t_max = min(cap, factor * lazy_t10(theory))
-    t10 = solve_variant(theory, "displacement", t_max).t10
+    # the horizon's own solver settings, not the config's [ode] ones: the MLP runs must not depend on ODE settings
+    t10 = solve_variant(theory, "displacement", t_max, "exact", method="rodas4", rtol=1e-8, atol=1e-10,
+                        n_points=200, t_min=1e-2).t10
     if t10 is not None:
         t_max = min(t_max, 4 * t10)
     return float(f"{t_max:.4g}")

@@ -3,16 +3,20 @@
 Over two keys a heatmap of the seed mean of a metric, one cell per (x, y), annotated; a ratio metric (ODE/MLP) uses a
 diverging colour map centred on 1 on a log scale symmetric about 1, and the contour of the region within ±10% of 1
 is drawn along the cell edges. Over one key a line with the seed
-standard deviation as error bars (the ±10% band shaded for ratios). One panel per variant unless one is named. An
-axis may be several keys varied together (``[zip]``), written ``"target.expr,data.dim"``. Built on
-:class:`matplotlib.figure.Figure` (no pyplot state).
+standard deviation as error bars (the ±10% band shaded for ratios). One panel per variant unless one is named;
+several named variants of a line plot are overlaid on one axes, each in its colour of
+:func:`featureode.export.style.variant_colour`. An axis may be several keys varied together (``[zip]``), written
+``"target.expr,data.dim"``; a varied key that is a function of an axis (zipped with it) is accepted without being
+named and shown with it (axis label and tick labels). Labels are mathtext (:func:`featureode.export.style.label`:
+``network.richness`` → ``$\\gamma$``). Built on :class:`matplotlib.figure.Figure` (no pyplot state); ``figsize``,
+``ax`` and ``style`` as for every figure of the package.
 """
 from __future__ import annotations
 
 import itertools
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from matplotlib.colors import LogNorm, Normalize
@@ -20,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.collections import LineCollection
 
 from featureode.config import suggest
+from featureode.export.style import label, new_figure, save_figure, styled, variant_colour
 from featureode.workflow.grid import Grid, slug
 from featureode.workflow.sweeps import RESULT_COLUMNS, SweepError, mean_sd, read_results
 
@@ -53,10 +58,27 @@ def _label(v: tuple) -> str:
     return ", ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
 
 
-def select(rows: Sequence[dict[str, Any]], keys: Sequence[str], metric: str, variant: str | None,
+def function_of(rows: Sequence[dict[str, Any]], keys: Sequence[str], key: str) -> bool:
+    """Whether ``key`` takes one value for each value of ``keys`` over ``rows`` (e.g. zipped with them)."""
+    seen: dict[tuple, str] = {}
+    for r in rows:
+        at, value = tuple(str(r[k]) for k in keys), str(r[key])
+        if seen.setdefault(at, value) != value:
+            return False
+    return bool(keys)
+
+
+def _variants(variant: "str | Sequence[str] | None") -> list[str] | None:
+    if variant is None:
+        return None
+    return [variant] if isinstance(variant, str) else list(variant)
+
+
+def select(rows: Sequence[dict[str, Any]], keys: Sequence[str], metric: str, variant: "str | Sequence[str] | None",
            where: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The finished rows to draw, by variant panel: ``status == "ok"``, matching ``where``, with the metric known;
-    refuses results that vary a key that is neither on an axis nor fixed by ``where``."""
+    refuses results that vary a key that is neither in ``keys`` (the axis keys and those that are functions of an
+    axis, :func:`function_of`) nor fixed by ``where``. ``variant``: one name or several (panels in that order)."""
     if not rows:
         raise PlotError("the results table is empty; run the sweep first")
     columns = list(rows[0])
@@ -66,11 +88,13 @@ def select(rows: Sequence[dict[str, Any]], keys: Sequence[str], metric: str, var
         if k not in columns:
             raise PlotError(f"--where {k!r} is not a column of these results" + suggest(k, columns))
     picked = [r for r in rows if r["status"] == "ok" and all(_same(r[k], v) for k, v in (where or {}).items())]
-    if variant is not None:
+    chosen = _variants(variant)
+    if chosen is not None:
         known = sorted({r["variant"] for r in rows})
-        if variant not in known:
-            raise PlotError(f"unknown variant {variant!r}" + suggest(variant, known))
-        picked = [r for r in picked if r["variant"] == variant]
+        for name in chosen:
+            if name not in known:
+                raise PlotError(f"unknown variant {name!r}" + suggest(name, known))
+        picked = sorted((r for r in picked if r["variant"] in chosen), key=lambda r: chosen.index(r["variant"]))
     varied = [c for c in columns if c not in RESULT_COLUMNS]
     for k in varied:
         if k in keys or k in (where or {}):
@@ -105,40 +129,78 @@ def _finite(x: Any) -> bool:
 
 
 def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, metric: str = "t10_ratio",
-                 variant: str | None = None, where: dict[str, Any] | None = None) -> Figure:
-    """The phase diagram of ``metric`` over ``x`` (and ``y``): a heatmap, or a line with seed error bars."""
+                 variant: "str | Sequence[str] | None" = None, where: dict[str, Any] | None = None, *,
+                 overlay: bool | None = None, figsize: tuple[float, float] | None = None, ax: Any = None,
+                 style: "str | Mapping[str, Any] | None" = None) -> Figure:
+    """The phase diagram of ``metric`` over ``x`` (and ``y``): a heatmap, or a line with seed error bars.
+
+    ``variant``: one name or several (default: every variant, one panel each); ``overlay`` (line plots): all
+    variants on one axes, each in its colour (default: when several variants are named). ``style``: ``"report"``
+    (default), ``"paper"``, ``"column"`` or ``rcParams``; ``figsize`` overrides its size; ``ax``: draw into the
+    caller's axes (one per panel). Returns the figure drawn into."""
     columns = list(rows[0]) if rows else []
     xk = _keys(x, columns) if rows else ()
     yk = _keys(y, columns) if (rows and y) else ()
-    panels = select(rows, xk + yk, metric, variant, where)
-    n = len(panels)
+    fixed = [r for r in rows if all(_same(r[k], v) for k, v in (where or {}).items() if k in columns)]
+    free = [c for c in columns if c not in RESULT_COLUMNS and c not in xk + yk and c not in (where or {})]
+    dx = tuple(k for k in free if function_of(fixed, xk, k))
+    dy = tuple(k for k in free if k not in dx and yk and function_of(fixed, yk, k))
+    panels = select(rows, xk + yk + dx + dy, metric, variant, where)
+    chosen = _variants(variant)
+    if overlay is None:
+        overlay = chosen is not None and len(chosen) > 1
+    overlay = bool(overlay and not yk and len(panels) > 1)
+    n = 1 if overlay else len(panels)
     ncol = min(n, 3)
     nrow = math.ceil(n / ncol)
     xs = _order([tuple(r[k] for k in xk) for rs in panels.values() for r in rs])
     ys = _order([tuple(r[k] for k in yk) for rs in panels.values() for r in rs]) if yk else []
-    w = max(4.2, 0.9 * len(xs) + 2.2) if yk else 5.0
-    h = max(3.2, 0.5 * len(ys) + 1.8) if yk else 3.8
-    fig = Figure(figsize=(w * ncol, h * nrow + 0.4), layout="constrained")
-    axes = fig.subplots(nrow, ncol, squeeze=False, sharey=not yk).ravel()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    ratio = metric in RATIOS
-    stats = {name: _cells(rs, xk, yk, metric) for name, rs in panels.items()}
-    finite = [m for st in stats.values() for m, _, _ in st.values() if m is not None]
-    norm = _norm(finite, ratio)
-    for ax, (name, st) in zip(axes, stats.items()):
-        if yk:
-            _heatmap(fig, ax, st, xs, ys, norm, ratio, metric)
-            ax.set(xlabel=x, ylabel=y)
+    x_dep = {tuple(r[k] for k in xk): tuple(r[k] for k in dx) for rs in panels.values() for r in rs}
+    y_dep = {tuple(r[k] for k in yk): tuple(r[k] for k in dy) for rs in panels.values() for r in rs}
+    x_name = ", ".join([label(x)] + [label(k) for k in dx])
+    y_name = ", ".join([label(y)] + [label(k) for k in dy]) if yk else label(metric)
+    with styled(style) as st:
+        if ax is None:
+            w = max(4.2, 0.9 * len(xs) + 2.2) if yk else 5.0
+            h = max(3.2, 0.5 * len(ys) + 1.8) if yk else 3.8
+            size = figsize or st.size((w * ncol, h * nrow + 0.4), aspect=(h * nrow + 0.4) / (w * ncol))
+            fig = new_figure(size, layout="constrained")
+            axes = list(fig.subplots(nrow, ncol, squeeze=False, sharey=not yk).ravel())
+            for a in axes[n:]:
+                a.set_visible(False)
+            own = True
         else:
-            _line(ax, st, xs, metric, ratio)
-            ax.set(xlabel=x, ylabel=metric)
-        ax.set_title(name)
-    fixed = ", ".join(f"{k} = {v}" for k, v in (where or {}).items())
-    fig.suptitle(f"{metric} (seed mean)" + (f", {fixed}" if fixed else "")
-                 + ("; outlined: within ±10% of 1" if ratio and yk else "")
-                 + ("; —: a curve ends before it crosses" if any(m is None for st in stats.values()
-                                                                  for m, _, _ in st.values()) else ""))
+            axes = list(np.ravel(np.asarray(ax, dtype=object)))
+            if len(axes) != n:
+                raise PlotError(f"this plot has {n} panel{'s' if n > 1 else ''} ({', '.join(panels)}); give "
+                                f"ax as {n} axes, or choose the variant(s) to draw")
+            fig, own = axes[0].figure, False
+        ratio = metric in RATIOS
+        stats = {name: _cells(rs, xk, yk, metric) for name, rs in panels.items()}
+        finite = [m for st_ in stats.values() for m, _, _ in st_.values() if m is not None]
+        norm = _norm(finite, ratio)
+        xlabels = [_label(v + x_dep.get(v, ())) for v in xs]
+        if overlay:
+            for k, (name, st_) in enumerate(stats.items()):
+                _line(axes[0], st_, xs, xlabels, ratio, colour=variant_colour(name), name=name,
+                      band=k == len(stats) - 1)
+            axes[0].set(xlabel=x_name, ylabel=y_name)
+            axes[0].legend()
+        else:
+            for a, (name, st_) in zip(axes, stats.items()):
+                if yk:
+                    _heatmap(fig, a, st_, xs, ys, norm, ratio, metric, xlabels,
+                             [_label(v + y_dep.get(v, ())) for v in ys])
+                else:
+                    _line(a, st_, xs, xlabels, ratio, colour=variant_colour(name), band=True)
+                a.set(xlabel=x_name, ylabel=y_name)
+                a.set_title(name)
+        if own:
+            fixed_text = ", ".join(f"{label(k)} = {v}" for k, v in (where or {}).items())
+            fig.suptitle(f"{label(metric)} (seed mean)" + (f", {fixed_text}" if fixed_text else "")
+                         + ("; outlined: within ±10% of 1" if ratio and yk and not st.compact else "")
+                         + ("; —: a curve ends before it crosses" if not st.compact and any(
+                             m is None for st_ in stats.values() for m, _, _ in st_.values()) else ""))
     return fig
 
 
@@ -164,7 +226,7 @@ def _norm(values: Sequence[float], ratio: bool) -> Normalize:
 
 
 def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], norm: Normalize, ratio: bool,
-             metric: str) -> None:
+             metric: str, xlabels: list[str], ylabels: list[str]) -> None:
     z = np.full((len(ys), len(xs)), np.nan)
     for (xv, yv), (m, _, _) in st.items():
         if m is not None:
@@ -172,8 +234,8 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
     cmap = "RdBu_r" if ratio else "viridis"
     im = ax.imshow(np.ma.masked_invalid(z), cmap=cmap, norm=norm, aspect="auto", origin="lower")
     ax.set_facecolor("0.85")
-    ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
-    ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
+    ax.set_xticks(range(len(xs)), xlabels)
+    ax.set_yticks(range(len(ys)), ylabels)
     for i in range(len(ys)):
         for j in range(len(xs)):
             m, sd, _ = st.get((xs[j], ys[i]), (None, None, 0))
@@ -188,7 +250,7 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
         if edges:
             ax.add_collection(LineCollection(edges, colors="k", linewidths=2.0, label="±10% of 1"))
     bar = fig.colorbar(im, ax=ax, shrink=0.9)
-    bar.set_label(metric)
+    bar.set_label(label(metric))
     if ratio:
         fine = (0.9, 1.1) if norm.vmax < 1.6 else ()
         ticks = [t for t in (0.25, 0.5, 0.67, 0.8, *fine, 1.0, 1.25, 1.5, 2.0, 4.0) if norm.vmin <= t <= norm.vmax]
@@ -212,25 +274,27 @@ def band_edges(z: np.ndarray, lo: float = 0.9, hi: float = 1.1) -> list[list[tup
     return segs
 
 
-def _line(ax: Any, st: dict, xs: list[tuple], metric: str, ratio: bool) -> None:
+def _line(ax: Any, st: dict, xs: list[tuple], xlabels: list[str], ratio: bool, colour: str | None = None,
+          name: str | None = None, band: bool = True) -> None:
     numeric = len(xs[0]) == 1 and all(isinstance(v[0], (int, float)) for v in xs)
     pos = [v[0] for v in xs] if numeric else list(range(len(xs)))
     got = [(p, *st[(v, ())]) for p, v in zip(pos, xs) if st.get((v, ()), (None,))[0] is not None]
     if got:
         p, m, sd, _ = zip(*got)
         ax.errorbar(np.asarray(p, float), np.asarray(m, float), yerr=np.array([s or 0.0 for s in sd]), marker="o",
-                    capsize=3, lw=1.5)
+                    capsize=3, lw=1.5, color=colour, label=name)
     if numeric and min(pos) > 0 and max(pos) / min(pos) > 20:
         ax.set_xscale("log")
         ax.minorticks_off()
-    ax.set_xticks(pos, [_label(v) for v in xs])
-    if ratio:
+    ax.set_xticks(pos, xlabels)
+    if ratio and band:
         ax.axhline(1.0, color="k", lw=0.8)
         ax.axhspan(0.9, 1.1, color="0.5", alpha=0.15, lw=0, label="±10%")
         ax.legend(fontsize=8)
 
 
-def natural_plots(out: "str | Path", grid: Grid, ode_only: bool = False, limit: int = 12) -> list[Path]:
+def natural_plots(out: "str | Path", grid: Grid, ode_only: bool = False, limit: int = 12, fmt: str = "png",
+                  style: "str | Mapping[str, Any] | None" = None) -> list[Path]:
     """``sweep --plot``: the phase diagrams of a finished sweep in ``out/plots/``, of the t10 and t50 ratios (the
     ODE's t10 and t50 when ODE-only): a line over the only axis, else a heatmap with the last axis along x and the one
     before along y (a zipped axis counts as one), one figure per value of any further axes (at most ``limit``)."""
@@ -247,11 +311,8 @@ def natural_plots(out: "str | Path", grid: Grid, ode_only: bool = False, limit: 
         for where in combos:
             suffix = "".join(f"_{k.split('.')[-1]}{slug(v)}" for k, v in where.items())
             try:
-                fig = phase_figure(rows, x, y, metric, where=where or None)
+                fig = phase_figure(rows, x, y, metric, where=where or None, style=style)
             except PlotError:  # nothing finished to draw at this combination
                 continue
-            path = Path(out) / "plots" / f"{metric}{suffix}.png"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=110)
-            made.append(path)
+            made.append(save_figure(fig, Path(out) / "plots" / f"{metric}{suffix}.{fmt}", fmt, style))
     return made

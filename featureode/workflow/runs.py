@@ -42,7 +42,8 @@ STAMP = "config.json"
 DONE = "done.json"
 LOCK = ".featureode.lock"
 #: Result files of the ODE and the report (depend on every config section).
-ODE_FILES = ("ode.json", "ode.npz", "report.json", "report.md", "report.png")
+ODE_FILES = ("ode.json", "ode.npz", "report.json", "report.md", "report.png", "report.pdf", "report.svg",
+             "report_diagnostics.png", "report_diagnostics.pdf", "report_diagnostics.svg")
 #: Result files of the simulation (depend on :data:`~featureode.config.MLP_SECTIONS` only).
 MLP_FILES = ("mlp.json", "mlp.npz", "checkpoint.pt")
 

@@ -195,7 +195,7 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Any = None, ode_only: boo
 
 def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], executor: Any, ode_only: bool,
                 progress: bool, title: str | None) -> SweepResult:
-    from tqdm import tqdm
+    from tqdm.auto import tqdm
 
     columns = list(grid.keys) + list(RESULT_COLUMNS)
     outcomes: dict[str, RunOutcome] = {}

@@ -148,6 +148,49 @@ def read_results(path: "str | Path") -> list[dict[str, Any]]:
     return rows
 
 
+def load_sweep(out: "str | Path", quantities: "Sequence[str] | None" = ("ratio", "in_support_loss")) -> Any:
+    """Every curve of a sweep as one long :class:`pandas.DataFrame`: the varied keys of ``results.csv``, ``seed``,
+    ``run`` (its folder under ``out``), then the columns of :meth:`Trajectory.to_pandas
+    <featureode.results.trajectory.Trajectory.to_pandas>` (``kind`` ``"ode"`` or ``"mlp"``, ``name`` the variant
+    or ``"mlp"``, ``t``, ``quantity``, ``component``, ``value``), read from each run folder's ``ode.json`` and
+    ``mlp.json``. ``quantities``: which to keep (default the loss ``L/L(0)`` and the in-support loss; ``None``
+    keeps every series, ``f``, ``lambda``, ``r`` … included). A run without result files (failed, or not run yet) is
+    left out."""
+    import pandas as pd
+
+    from featureode.results.trajectory import ODEResult, Trajectory, TrajectoryFileError
+
+    out = Path(out)
+    rows = read_results(out)
+    keys = [c for c in (rows[0] if rows else {}) if c not in RESULT_COLUMNS]
+    frames = []
+    seen: set[str] = set()
+    for r in rows:
+        if r["run"] in seen:
+            continue
+        seen.add(r["run"])
+        folder = out / r["run"]
+        curves = []
+        if (folder / "ode.json").exists():
+            try:
+                curves.append(ODEResult.load(folder).to_pandas())
+            except TrajectoryFileError:
+                pass
+        if (folder / "mlp.json").exists():
+            try:
+                curves.append(Trajectory.load(folder, "mlp").to_pandas().assign(name="mlp"))
+            except TrajectoryFileError:
+                pass
+        for df in curves:
+            if quantities is not None:
+                df = df[df["quantity"].isin(list(quantities))]
+            head = {k: r[k] for k in keys} | {"seed": r["seed"], "run": r["run"]}
+            frames.append(df.assign(**head)[[*head, *df.columns]])
+    if not frames:
+        return pd.DataFrame(columns=[*keys, "seed", "run", "kind", "name", "t", "quantity", "component", "value"])
+    return pd.concat(frames, ignore_index=True)
+
+
 def _parse(text: str) -> Any:
     if text == "":
         return None

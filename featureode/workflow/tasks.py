@@ -77,7 +77,7 @@ class RunOutcome:
 
 _VARIANT_KEYS = ("t50", "t10", "t50_ratio", "t10_ratio", "log_rms", "t50_ratio_range", "t10_ratio_range", "error")
 #: Files of a finished run: a comparison, an ODE-only solve.
-FULL_FILES = ("ode.json", "ode.npz", "mlp.json", "mlp.npz", "report.json", "report.md", "report.png")
+FULL_FILES = ("ode.json", "ode.npz", "mlp.json", "mlp.npz", "report.json", "report.md")  # + the figures its stamp lists
 ODE_FILES = ("ode.json", "ode.npz")
 
 

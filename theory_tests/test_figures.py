@@ -1,0 +1,162 @@
+"""Paper figures: one colour per variant in every figure, drawing into the caller's axes, the paper styles' sizes
+and text, vector PDF, --format, and a key zipped with a plotted axis."""
+from __future__ import annotations
+
+import re
+import zlib
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+
+from featureode.cli import main
+from featureode.config import load_config
+from featureode.export.diagnostics import diagnostics_figure
+from featureode.export.report import build_report, report_figure
+from featureode.export.style import COLUMN_WIDTH, PAPER_WIDTH, StyleError, figure_format, variant_colour
+from featureode.results.trajectory import ODEResult
+from featureode.workflow.plot import PlotError, phase_figure
+from featureode.workflow.sweeps import RESULT_COLUMNS, write_results
+from test_diagnostics import _mlp as _diag_mlp
+from test_diagnostics import _ode as _diag_ode
+from test_report import V, _grid, _mlp, _ode_variant
+
+
+def _report(names=("lazy", "displacement")):
+    t = _grid(10.0)
+    ode = ODEResult(("z0", "z0*z1"), V, {n: _ode_variant(n, t, 0.5 + k / 2) for k, n in enumerate(names)})
+    return build_report(load_config(), ode, _mlp(t))
+
+
+def _rows(variants=("lazy", "displacement"), zipped=False):
+    rows = []
+    for g in (0.01, 0.5):
+        for d, expr in ((8, "z0"), (16, "z0*z1")):
+            for v in variants:
+                r = 1 + g * d / 16 + (0.1 if v == "lazy" else 0)
+                rows.append({"network.richness": g, "data.dim": d, **({"target.expr": expr} if zipped else {}),
+                             "seed": 0, "variant": v, "t50": r, "t10": r, "t50_ratio": r, "t10_ratio": r,
+                             "log_rms": 0.1, "mlp_t50": 1.0, "mlp_t10": 1.0, "t_max": 10.0, "status": "ok",
+                             "run": f"runs/g{g}_d{d}"})
+    return rows
+
+
+def _line_colour(ax, label):
+    (line,) = [ln for ln in ax.lines if ln.get_label() == label]
+    return to_rgba(line.get_color())
+
+
+def test_a_variant_has_one_colour_in_every_figure():
+    """displacement: the same colour in reports with other companions and order, in an overlaid phase line and as
+    a diagnostics row's own colour; a user variant's colour is fixed by its name, not its position."""
+    a = report_figure(_report(("lazy", "displacement"))).axes[0]
+    b = report_figure(_report(("displacement", "agop", "my_closure"))).axes[0]
+    c = report_figure(_report(("my_closure", "lazy"))).axes[0]
+    disp = _line_colour(a, "ODE displacement")
+    assert _line_colour(b, "ODE displacement") == disp
+    assert _line_colour(b, "ODE my_closure") == _line_colour(c, "ODE my_closure")
+    assert _line_colour(a, "ODE lazy") == _line_colour(c, "ODE lazy") != disp
+    assert len({_line_colour(b, f"ODE {n}") for n in ("displacement", "agop", "my_closure")}) == 3
+    assert _line_colour(a, "MLP test loss") == to_rgba("black")
+    phase = phase_figure(_rows(), "network.richness", None, "t10_ratio", ["lazy", "displacement"],
+                         {"data.dim": 8}).axes[0]
+    (bars,) = [cont for cont in phase.containers if cont.get_label() == "displacement"]
+    assert to_rgba(bars.lines[0].get_color()) == disp
+    assert len(phase.containers) == 2  # both variants overlaid on the one axes
+    diag = diagnostics_figure(_diag_mlp(), {"displacement": _diag_ode("displacement")}, modes=["z0"])
+    a2 = [ln for ln in diag.axes[3].lines if ln.get_label().startswith("displacement")]
+    assert a2 and to_rgba(a2[0].get_color()) == disp
+
+
+def test_figures_draw_into_the_callers_axes():
+    fig = Figure(figsize=(8, 3))
+    ax1, ax2 = fig.subplots(1, 2)
+    rep = _report()
+    assert report_figure(rep, ax=ax1) is fig
+    assert {"ODE lazy", "ODE displacement", "MLP test loss"} <= {ln.get_label() for ln in ax1.lines}
+    assert phase_figure(_rows(), "network.richness", None, "t10_ratio", "lazy", {"data.dim": 8}, ax=ax2) is fig
+    assert ax2.containers and len(fig.axes) == 2  # no new axes made
+    three = Figure().subplots(1, 3)
+    out = report_figure(rep, ax=three)
+    assert out is three[0].figure and all(a.lines for a in three)
+    with pytest.raises(ValueError, match="one axes .* or three"):
+        report_figure(rep, ax=Figure().subplots(1, 2))
+    grid = Figure().subplots(1, 4)
+    assert diagnostics_figure(_diag_mlp(), {"lazy": _diag_ode("lazy")}, ax=grid) is grid[0].figure
+
+
+def _font_sizes(fig) -> list[float]:
+    FigureCanvasAgg(fig).draw()
+    return [t.get_fontsize() for t in fig.findobj(lambda o: hasattr(o, "get_fontsize") and hasattr(o, "get_text"))
+            if t.get_text() and t.get_visible()]
+
+
+@pytest.mark.parametrize("style, width", [("paper", PAPER_WIDTH), ("column", COLUMN_WIDTH)])
+def test_paper_styles_are_sized_for_the_page_with_8pt_text(style, width):
+    rep = _report()
+    figs = [report_figure(rep, style=style),
+            phase_figure(_rows(), "network.richness", "data.dim", "t10_ratio", style=style),
+            diagnostics_figure(_diag_mlp(), {"lazy": _diag_ode("lazy")}, style=style)]
+    for fig in figs:
+        assert fig.get_figwidth() == pytest.approx(width)
+        sizes = _font_sizes(fig)
+        assert sizes and min(sizes) >= 8, min(sizes)
+    assert min(_font_sizes(report_figure(rep))) < 8  # the report style is not the paper one
+
+
+def _pdf_streams(data: bytes) -> bytes:
+    """Every stream of a PDF, inflated where it is Flate-compressed."""
+    out = []
+    for m in re.finditer(rb"stream\r?\n(.*?)\r?\nendstream", data, re.S):
+        try:
+            out.append(zlib.decompress(m.group(1)))
+        except zlib.error:
+            out.append(m.group(1))
+    return b"\n".join(out)
+
+
+def test_pdf_is_vector_and_files_take_the_format(tmp_path, capsys):
+    rep = _report()
+    rep.write(tmp_path, fmt="pdf", style="paper")
+    pdf = (tmp_path / "report.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and not (tmp_path / "report.png").exists()
+    assert b"/Subtype /Image" not in pdf  # no raster image in a line plot
+    assert b" l\n" in _pdf_streams(pdf) or b" l " in _pdf_streams(pdf)  # path (lineto) operators: vector curves
+    assert "![report](report.pdf)" in (tmp_path / "report.md").read_text()
+    write_results(tmp_path, ["network.richness", "data.dim", *RESULT_COLUMNS], _rows())
+    assert main(["plot", str(tmp_path), "--x", "network.richness", "--where", "data.dim=8", "--format", "pdf",
+                 "--variant", "lazy", "--variant", "displacement"]) == 0
+    out = tmp_path / "plots" / "t10_ratio.pdf"
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    assert out.read_bytes().startswith(b"%PDF") and b"/Subtype /Image" not in out.read_bytes()
+    svg = tmp_path / "phase.svg"
+    assert main(["plot", str(tmp_path), "--x", "network.richness", "--y", "data.dim", "--out", str(svg)]) == 0
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
+    assert main(["plot", str(tmp_path), "--x", "network.richness", "--y", "data.dim", "--out",
+                 str(tmp_path / "a.png"), "--format", "pdf"]) == 2
+    assert "ends in .png but the format is pdf" in capsys.readouterr().err
+    with pytest.raises(StyleError, match="cannot tell the figure format from .jpg"):
+        figure_format("x.jpg", None)
+
+
+def test_a_key_zipped_with_an_axis_is_accepted_and_named():
+    """target.expr zipped with data.dim: a heatmap over γ × d is drawn (it was refused), the d axis names both."""
+    rows = _rows(zipped=True)
+    fig = phase_figure(rows, "network.richness", "data.dim", "t10_ratio")
+    ax = [a for a in fig.axes if a.get_title() == "lazy"][0]
+    assert ax.get_ylabel() == r"$d$, target $f^*$" and ax.get_xlabel() == r"$\gamma$"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["8, z0", "16, z0*z1"]
+    # a key varied independently of the axes is still refused
+    extra = [dict(r, **{"network.width": w}) for r in rows for w in (64, 128)]
+    with pytest.raises(PlotError, match="also vary network.width"):
+        phase_figure(extra, "network.richness", "data.dim", "t10_ratio")
+
+
+def test_variant_colours_are_fixed_for_builtins_and_hashed_for_others():
+    assert variant_colour("displacement") == variant_colour("displacement")
+    assert variant_colour("mlp") == "black"
+    builtin = {variant_colour(n) for n in ("lazy", "agop", "displacement", "second_order", "resummed", "replay")}
+    assert len(builtin) == 6 and variant_colour("exp_displacement") not in builtin
+    np.testing.assert_equal(variant_colour("exp_displacement"), variant_colour("exp_displacement"))
