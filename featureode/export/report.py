@@ -305,7 +305,6 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None, 
     stacked) or a dict of ``rcParams``; ``figsize`` overrides the style's size; ``ax``: draw into the caller's
     axes instead of a new figure — one :class:`~matplotlib.axes.Axes` (the loss panel alone) or three (every
     panel). Returns the figure drawn into."""
-    from matplotlib.transforms import blended_transform_factory
 
     with styled(style) as st:
         shown_variants = figure_variants(list(report.variants), variant)
