@@ -68,7 +68,7 @@ def _same_parity(a: Mode, b: Mode) -> bool:
 
 
 def network_second_order(net: Network, modes: Sequence[Mode], drivers: Sequence[int] | None = None, *,
-                         rates: Rates = Rates(), quartic: bool = True) -> SecondOrder:
+                         rates: Rates = Rates(), quartic: bool = False) -> SecondOrder:
     """The constants of the module docstring for ``net`` on ``modes``, driven by ``drivers`` (indices into
     ``modes``; default all), with metric weights ``rates``; ``quartic=False`` skips ``T``."""
     t0 = time.perf_counter()
@@ -122,7 +122,7 @@ def network_second_order(net: Network, modes: Sequence[Mode], drivers: Sequence[
 def second_order_constants(modes: Sequence["Mode | str"], g: Sequence[float], activation: str, bias_std: float, *,
                            drivers: Sequence[int] | None = None, parametrization: str = "meanfield",
                            rates: "Rates | tuple[float, float, float]" = Rates(),
-                           quartic: bool = True) -> SecondOrder:
+                           quartic: bool = False) -> SecondOrder:
     """:func:`network_second_order` of the network ``(activation, g, σ_b, parametrization)``; ``rates``: the
     per-group learning-rate weights ``(η_a, η_w, η_b)``. Cached per arguments."""
     ms = tuple(m if isinstance(m, Mode) else Mode.parse(m) for m in modes)
