@@ -44,7 +44,8 @@ import numpy as np
 from featureode.calculus.activations import ActivationError
 from featureode.calculus.hermite import Mode
 from featureode.kernel.initlaw import Gamma, QLaw
-from featureode.kernel.theory import KernelError, _finite_means, _mean_table
+from featureode.kernel.averagers import _finite_means, _mean_table
+from featureode.kernel.network import KernelError
 from featureode.kernel.network import Network
 
 __all__ = ["Rates", "Vector", "Algebra", "Averager", "GrowthError", "readout_moment"]
