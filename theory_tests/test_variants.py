@@ -14,7 +14,7 @@ from featureode.ode import terms as ode
 from featureode.ode.compile import compile_system
 from featureode.calculus.hermite import Mode
 from featureode.export.latex import expr_latex, system_latex, tex_text
-from featureode.kernel.second_order import second_order_constants
+from featureode.kernel.second_order_mc import second_order_constants
 from featureode.ode.solve import solve_variant, system_inputs
 from featureode.ode.variants import Variant, closure_names
 
@@ -161,7 +161,8 @@ def test_second_order_closure_needs_the_activation():
 
 
 def test_parts_of_the_second_order_growth_sum_to_it_and_follow_the_closure():
-    from featureode.kernel.second_order import predicted_parts
+    from featureode.kernel.second_order_mc import predicted_parts
+    from featureode.kernel.second_order import second_order_constants as exact_constants
     theory = dataclasses.replace(make_theory("staircase(2)", 8), activation="relu", bias_std=0.5)
     so = second_order_constants(theory.modes, theory.g, "relu", 0.5, drivers=[0, 1], n_neurons=4000)
     np.testing.assert_allclose(sum(so.S_parts.values()), so.S, rtol=1e-12, atol=1e-15)
@@ -173,7 +174,9 @@ def test_parts_of_the_second_order_growth_sum_to_it_and_follow_the_closure():
     parts = predicted_parts(lin, D, q=0.25, resummed=True)
     exact = np.cosh(2 * 0.5 * math.sqrt(G3[0]) * D[:, 0])
     np.testing.assert_allclose(parts["readout"][:, 0] + parts["weights"][:, 0], lin.lambda0[0] * exact, rtol=1e-6)
+    # the solved ρ_β is the positive law (1 + q/2 Σ V D²)² + q DᵀU D with the deterministic constants
     sol = solve_variant(theory, "second_order", 100.0)
-    total = sum(predicted_parts(so, sol.get("D"), q=theory.gamma**2).values())
-    # same S up to Monte Carlo (4000 against 1e5 neurons): the parts' sum follows the solved ρ_β within a few %
-    np.testing.assert_allclose(total / so.lambda0, sol.lam / sol.lam[0], rtol=0.1)
+    ex = exact_constants(theory.modes, theory.g, "relu", 0.5, drivers=[0, 1])
+    D, q = sol.get("D"), theory.gamma**2
+    rho = (1 + q / 2 * (D**2) @ ex.V.T) ** 2 + q * np.einsum("tа,bac,tc->tb".replace("а", "a"), D, ex.U, D)
+    np.testing.assert_allclose(sol.lam / sol.lam[0], rho, rtol=1e-8)

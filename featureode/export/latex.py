@@ -21,7 +21,8 @@ from featureode.ode.variants import Variant, closure_names, get_closure, variant
 
 _INDEXED = {"f": "f_{%s}", "D": "D_{%s}", "v": "v_{%s}", "lam0": r"\lambda_{%s}(0)", "lam": r"\lambda_{%s}",
             "rho": r"\rho_{%s}", "gpow": "g^{%s}", "c": "c_{|%s|}", "g": "g_{%s}", "r": "r_{%s}",
-            "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}", "S": r"S_{%s%s}", "Sd": r"\bar S_{%s}"}
+            "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}", "S": r"S_{%s%s}", "Sd": r"\bar S_{%s}",
+            "U": r"U_{%s%s%s}", "V": r"V_{%s%s}"}
 _LHS = {"r": "r_i", "s": "s", "rho": r"\rho_\beta", "lam": r"\lambda_\beta(t)",
         "dfdt": r"\frac{d f_\beta}{dt}", "dDdt": r"\frac{d D_\beta}{dt}"}
 
@@ -60,8 +61,10 @@ class _Printer(LatexPrinter):
         idx = [self._print(k) for k in expr.indices]
         if template is None:
             return f"{self._print(expr.base.label)}_{{{','.join(idx)}}}"
-        if str(expr.base) in ("K", "S"):
+        if str(expr.base) in ("K", "S", "V"):
             return template % (idx[0], idx[1])
+        if str(expr.base) == "U":
+            return template % (idx[0], idx[1], idx[2])
         return template % tuple(idx) if template.count("%s") == len(idx) else template % idx[0]
 
     def _reduce(self, expr: sp.Expr, op: str) -> str:
@@ -166,20 +169,20 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
     facts += [rf"${expr_latex(sp.Symbol(k))} = {_num(val)}$" for k, val in variant.param_values.items()]
     out = (rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
            + system_latex(system))
-    if ode.S in uses:
+    if uses & {ode.S, ode.U, ode.V}:
         out += "\n" + _second_order_table(theory)
     return out
 
 
 def _second_order_table(theory: Any) -> str:
-    """``S_{βα}`` (columns: the target's modes, which drive) with their Monte Carlo standard errors."""
+    """``S_{βα}`` (columns: the target's modes, which drive) and its parts ``V_{βα}`` (deterministic quadrature)."""
     from featureode.ode.solve import second_order_of
 
     drivers, so = second_order_of(theory)
-    head = [r"$\beta$"] + [rf"$S_{{\beta,{mode_latex(theory.modes[k])}}}$" for k in drivers]
-    rows = [[f"${mode_latex(m)}$"] + [rf"${_num(so.S[r, k])} \pm {_num(so.S_stderr[r, k], 2)}$" for k in drivers]
+    head = [r"$\beta$"] + [rf"$S_{{\beta,{mode_latex(theory.modes[k])}}}\ (V)$" for k in drivers]
+    rows = [[f"${mode_latex(m)}$"] + [rf"${_num(so.S[r, k])}\ ({_num(so.V[r, k])})$" for k in drivers]
             for r, m in enumerate(theory.modes)]
-    return (rf"Second-order constants (Monte Carlo over ${so.n_neurons}$ init neurons):" + "\n\n"
+    return (r"Second-order constants (deterministic quadrature; $S = U_{\beta\alpha\alpha} + V$):" + "\n\n"
             + _table(head, rows) + "\n")
 
 

@@ -1,162 +1,148 @@
-"""Second-order eigenvalue growth constants ``S_{βα}`` of the ``second_order`` closures (derivation:
-``derivations/closure_second_order.py``).
+"""Second-order growth constants of the ``second_order`` and ``resummed`` closures, by deterministic quadrature
+(algebra and averages: :mod:`featureode.kernel.growth`; derivation: ``derivations/closure_second_order.py`` and
+``derivations/growth_algebra.py``).
 
-Per init neuron ``θ = (a, ŵ, b)`` (whitened first-layer weights ``ŵ_i = sqrt(g_i) w_i``) the projection of its
-feature on a mode is, by Gaussian integration by parts (DESIGN §2),
-``A_β(ŵ, b) = E_x[h_β σ(u)] = ŵ^β m_{|β|}(b, |ŵ|)/sqrt(β!)``, with the exact derivatives
-``∂_{ŵ_i} A_β = (β_i ŵ^{β−e_i} m_p + ŵ^β ŵ_i m_{p+2})/sqrt(β!)`` and ``∂_b A_β = ŵ^β m_{p+1}/sqrt(β!)`` (``p = |β|``).
-With ``φ_β = a A_β`` and the metric ``P = diag(1, g, 1)`` the mean-field gradient flow restricted to the mode set is
-``dθ/dt = γ P Σ_α (v_α − f_α) ∇φ_α``, and the eigenvalue of mode β is ``λ_β = E_k[k_β(θ_k)]`` with the per-neuron
-kernel ``k_β = ∇φ_βᵀ P ∇φ_β = A_β² + a²(Σ_i g_i (∂_i A_β)² + (∂_b A_β)²)`` (readout, weights and bias parts).
+Per init neuron ``θ = (a, ŵ, b)`` the mode-β feature gradient is ``∇φ_β``, ``φ_β = a ŵ^β m_{|β|}(b, |ŵ|)/sqrt(β!)``.
+Driven by mode α the mean-field flow is ``dθ/dε = P∇φ_α`` (``ε = γ D_α``; metric ``P = diag(η_a, η_w g, η_b)``,
+readout, whitened weights and bias, per-group learning-rate weights ``η``, default 1), and the per-neuron kernel is
+``k_β = |u|²`` with ``u(ε) = P^{1/2}∇φ_β(θ(ε)) = u_0 + ε u_1 + ½ ε² u_2 + O(ε³)`` (``u_n = L_α^n ∇φ_β``, ``L_α`` the
+Lie derivative along the flow). With ``λ_β = E|u_0|²`` (the kernel's exact ``λ_β(0)``)::
 
-Driven by mode α alone the flow is autonomous in ``D_α``: ``dθ/dD_α = γ P ∇φ_α``, so
-``θ = θ_0 + γ D_α v_1 + ½ γ² D_α² v_2 + O(D³)`` with ``v_1 = P ∇φ_α`` and ``v_2 = P ∇²φ_α v_1``; the odd orders of
-``E[k_β]`` vanish (``a → −a`` maps the flow at ``D`` to the flow at ``−D``), hence
+    U_{βαα'} = E[u_1^α · u_1^{α'}] / λ_β,   V_{βα} = E[u_0 · u_2^{αα}] / λ_β,   T_{βαδ} = E[u_2^{αα} · u_2^{δδ}] / λ_β,
+    S_{βα} = U_{βαα} + V_{βα}  (λ_β(D) = λ_β (1 + γ² Σ_α S_{βα} D_α² + O(D⁴)) for one driving mode).
 
-``λ_β = λ_β(0) (1 + γ² S_{βα} D_α² + O(γ⁴ D⁴))``,  ``S_{βα} = E[v_1ᵀ ∇²k_β v_1 + ∇k_β · v_2] / (2 λ_β(0))``.
+The odd orders vanish (``a → −a`` maps the flow at ``D`` to the flow at ``−D``). Several driving modes: the
+second-order displacement ``u_2^{αα'}`` of two different drivers is dropped (a stated approximation; it vanishes
+with ``U_{βαα'}`` when α and α' differ in parity along some direction); :data:`U` keeps ``u_1^α · u_1^{α'}``, so
+that ``E|u_0 + Σ_α ε_α u_1^α + ½ Σ_α ε_α² u_2^{αα}|² / λ_β`` — the positive law of the closures
+(:data:`featureode.ode.terms.SECOND_ORDER_GROWTH`) — is the average of a square.
 
-Every contribution (readout, first-layer, bias and their cross terms) is in it, averaged jointly over the init law.
-This module averages the per-neuron second derivative over ``n`` init neurons (Monte Carlo, with its standard error);
-the second derivatives along the curve are central differences of the exact first derivatives (step ``h``; error
-``O(h²)`` relative, far below the Monte Carlo error). Several driving modes: terms ``D_α D_α'`` with ``α ≠ α'``
-vanish by the sign symmetry ``ŵ_i → −ŵ_i`` when α and α' differ in parity along some direction (single modes,
-products, staircases); for same-parity pairs (e.g. ``z0`` and ``h3(z0)``) they are dropped — a stated approximation.
+Monte Carlo oracle of the same ``S``: :mod:`featureode.kernel.second_order_mc`.
 """
 from __future__ import annotations
 
-import math
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-from featureode.calculus.activations import get_activation
 from featureode.calculus.hermite import Mode
+from featureode.kernel.growth import Algebra, Averager, GrowthError, Rates
+from featureode.kernel.network import Network
 from featureode.kernel.parametrization import PARTS
 
-#: Init neurons of the Monte Carlo average: closed-form derivative means / quadrature ones (10–50× slower each).
-N_NEURONS = 100_000
-N_NEURONS_QUADRATURE = 20_000
-STEP = 1e-3
+__all__ = ["SecondOrder", "second_order_constants", "network_second_order", "predicted_parts", "GrowthError",
+           "Rates"]
 
 
 @dataclass(frozen=True)
 class SecondOrder:
-    """``S_{βα}`` (rows β: the mode whose eigenvalue grows; columns α: the driving mode) with Monte Carlo standard
-    errors, and the Monte Carlo ``λ_β(0)`` (a check against the kernel's quadrature)."""
+    """Second-order constants on a mode set (rows β: the mode whose eigenvalue grows; columns α: driving modes,
+    0 for the others). ``S`` (``M × M``), ``U`` (``M × M × M``), ``V`` (``M × M``), ``T`` (``M × M × M``; zeros
+    unless ``quartic``) of the module docstring; ``lambda0 = λ_β(0)``; the readout/weights/bias parts of ``S`` and
+    of ``λ_β(0)`` (each part of ``|u|²`` separately; they sum to the totals); ``S_stderr`` is 0 (deterministic)."""
 
     S: np.ndarray
-    S_stderr: np.ndarray
+    U: np.ndarray
+    V: np.ndarray
+    T: np.ndarray
     lambda0: np.ndarray
-    n_neurons: int
-    #: ``S`` split like the kernel (``"readout"``, ``"weights"``, ``"bias"``; the three sum to ``S``) and the Monte
-    #: Carlo ``λ_β(0)`` of each part.
+    drivers: tuple[int, ...]
+    rates: Rates = Rates()
+    seconds: float = 0.0
     S_parts: dict[str, np.ndarray] = field(default_factory=dict)
     lambda0_parts: dict[str, np.ndarray] = field(default_factory=dict)
 
+    @property
+    def S_stderr(self) -> np.ndarray:
+        return np.zeros_like(self.S)
 
-class _Neurons:
-    """``n`` init neurons of one network and the per-neuron functions of the module docstring."""
+    n_neurons = 0   # no sampling
 
-    def __init__(self, activation: str, g: np.ndarray, bias_std: float, n: int, seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        self.g = np.asarray(g, float)
-        self.act = get_activation(activation)
-        self.a = rng.standard_normal(n)
-        self.W = rng.standard_normal((n, self.g.size)) * np.sqrt(self.g)
-        self.b = bias_std * rng.standard_normal(n)
-        self.memo: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
-    def m(self, k: int, W: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """``m_k(b, |ŵ|)``, remembered per point (the points of one driving mode are shared by every row)."""
-        key = (id(W), id(b), k)
-        if key not in self.memo:
-            self.memo[key] = (W, b, self.act.mean_numpy(k)(b, np.sqrt(np.sum(W * W, axis=1))))
-        return self.memo[key][2]
+def _same_parity(a: Mode, b: Mode) -> bool:
+    da, db = a.as_dict(), b.as_dict()
+    return all((da.get(i, 0) - db.get(i, 0)) % 2 == 0 for i in set(da) | set(db))
 
-    @staticmethod
-    def _mono(mode: Mode, W: np.ndarray, drop: int | None = None) -> np.ndarray:
-        out = np.ones(W.shape[0])
-        for i, n in mode.items:
-            out = out * W[:, i] ** (n - (i == drop))
-        return out
 
-    def grad_phi(self, mode: Mode, a: np.ndarray, W: np.ndarray, b: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(A_β, ∂_a φ, ∂_ŵ φ, ∂_b φ)`` with ``φ = a A_β`` (``∂_a φ = A_β``)."""
-        p, norm = mode.degree, 1 / math.sqrt(mode.factorial)
-        mono = self._mono(mode, W)
-        mp, mp1, mp2 = (self.m(k, W, b) for k in (p, p + 1, p + 2))
-        A = norm * mono * mp
-        dW = (norm * mono * mp2)[:, None] * W
-        for i, n in mode.items:
-            dW[:, i] += norm * n * self._mono(mode, W, drop=i) * mp
-        return A, A, a[:, None] * dW, a * norm * mono * mp1
+def network_second_order(net: Network, modes: Sequence[Mode], drivers: Sequence[int] | None = None, *,
+                         rates: Rates = Rates(), quartic: bool = False) -> SecondOrder:
+    """The constants of the module docstring for ``net`` on ``modes``, driven by ``drivers`` (indices into
+    ``modes``; default all), with metric weights ``rates``; ``quartic=False`` skips ``T``."""
+    t0 = time.perf_counter()
+    modes = list(modes)
+    drivers = tuple(range(len(modes))) if drivers is None else tuple(int(k) for k in drivers)
+    M = len(modes)
+    alg, avg = Algebra(net.g, rates), Averager(net)
+    drive = {k: alg.phi_gradient(modes[k]) for k in drivers}
+    h_lam, h_U, h_V, h_T = {}, {}, {}, {}
+    for row, beta in enumerate(modes):
+        u0 = alg.phi_gradient(beta)
+        h_lam[row] = avg.request_dot(alg, u0, u0)
+        u1 = {k: alg.lie_vector(drive[k], u0) for k in drivers}
+        u2 = {k: alg.lie_vector(drive[k], u1[k]) for k in drivers}
+        for k in drivers:
+            h_V[row, k] = avg.request_dot(alg, u0, u2[k])
+            for k2 in drivers:
+                if k2 < k or not _same_parity(modes[k], modes[k2]):
+                    continue
+                h_U[row, k, k2] = avg.request_dot(alg, u1[k], u1[k2])
+                if quartic:
+                    h_T[row, k, k2] = avg.request_dot(alg, u2[k], u2[k2])
+    vals = avg.evaluate()
 
-    def flow(self, mode: Mode, a: np.ndarray, W: np.ndarray, b: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``P ∇φ_α`` at ``θ``."""
-        _, da, dW, db = self.grad_phi(mode, a, W, b)
-        return da, dW * self.g, db
+    def part(h: dict[str, int]) -> dict[str, float]:
+        return {p: float(vals[h[p]]) for p in PARTS}
 
-    def kernel(self, mode: Mode, a: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """``(readout, weights, bias)`` parts of ``k_β(θ) = ∇φ_βᵀ P ∇φ_β`` per neuron, stacked (3 × n)."""
-        A, _, dW, db = self.grad_phi(mode, a, W, b)
-        return np.stack([A**2, np.sum(self.g * dW**2, axis=1), db**2])
+    lam_parts = {p: np.array([part(h_lam[r])[p] for r in range(M)]) for p in PARTS}
+    lam = sum(lam_parts.values())
+    inv = np.where(lam > 0, 1 / np.where(lam > 0, lam, 1), 0.0)
+    U, T = np.zeros((M, M, M)), np.zeros((M, M, M))
+    V = np.zeros((M, M))
+    S_parts = {p: np.zeros((M, M)) for p in PARTS}
+    for (r, k, k2), h in h_U.items():
+        U[r, k, k2] = U[r, k2, k] = sum(part(h).values()) * inv[r]
+        if k == k2:
+            for p, x in part(h).items():
+                S_parts[p][r, k] += x * inv[r]
+    for (r, k, k2), h in h_T.items():
+        T[r, k, k2] = T[r, k2, k] = sum(part(h).values()) * inv[r]
+    for (r, k), h in h_V.items():
+        V[r, k] = sum(part(h).values()) * inv[r]
+        for p, x in part(h).items():
+            S_parts[p][r, k] += x * inv[r]
+    S = np.zeros((M, M))
+    for k in drivers:
+        S[:, k] = U[:, k, k] + V[:, k]
+    return SecondOrder(S, U, V, T, lam, drivers, rates, time.perf_counter() - t0, S_parts, lam_parts)
 
 
 def second_order_constants(modes: Sequence["Mode | str"], g: Sequence[float], activation: str, bias_std: float, *,
-                           drivers: Sequence[int] | None = None, n_neurons: int | None = None, seed: int = 0,
-                           step: float = STEP) -> SecondOrder:
-    """``S_{βα}`` of the module docstring for every β in ``modes`` and every driving α in ``drivers`` (indices into
-    ``modes``; default all; other columns are 0), averaged over ``n_neurons`` init neurons (``a ~ N(0, 1)``,
-    ``ŵ_i ~ N(0, g_i)``, ``b ~ N(0, σ_b²)``, fixed ``seed``; default :data:`N_NEURONS`, or
-    :data:`N_NEURONS_QUADRATURE` for an activation whose derivative means need quadrature)."""
-    ms = [m if isinstance(m, Mode) else Mode.parse(m) for m in modes]
-    if n_neurons is None:
-        n_neurons = N_NEURONS if get_activation(activation).mean0 is not None else N_NEURONS_QUADRATURE
-    return _constants(tuple(ms), tuple(float(x) for x in g), str(activation), float(bias_std),
-                      tuple(range(len(ms)) if drivers is None else drivers), int(n_neurons), int(seed), float(step))
+                           drivers: Sequence[int] | None = None, parametrization: str = "meanfield",
+                           rates: "Rates | tuple[float, float, float]" = Rates(),
+                           quartic: bool = False) -> SecondOrder:
+    """:func:`network_second_order` of the network ``(activation, g, σ_b, parametrization)``; ``rates``: the
+    per-group learning-rate weights ``(η_a, η_w, η_b)``. Cached per arguments."""
+    ms = tuple(m if isinstance(m, Mode) else Mode.parse(m) for m in modes)
+    r = rates if isinstance(rates, Rates) else Rates(*rates)
+    return _cached(ms, tuple(float(x) for x in g), str(activation), float(bias_std),
+                   None if drivers is None else tuple(int(k) for k in drivers), str(parametrization), r,
+                   bool(quartic))
 
 
 @lru_cache(maxsize=16)
-def _constants(modes: tuple[Mode, ...], g: tuple[float, ...], activation: str, bias_std: float,
-               drivers: tuple[int, ...], n: int, seed: int, h: float) -> SecondOrder:
-    nr = _Neurons(activation, np.array(g), bias_std, n, seed)
-    a, W, b = nr.a, nr.W, nr.b
-    M = len(modes)
-    k0_parts = [nr.kernel(m, a, W, b) for m in modes]
-    k0 = [x.sum(0) for x in k0_parts]
-    lam0 = np.array([x.mean() for x in k0])
-    S, err, parts = np.zeros((M, M)), np.zeros((M, M)), np.zeros((len(PARTS), M, M))
-    for col in drivers:
-        alpha = modes[col]
-        v1 = nr.flow(alpha, a, W, b)
-        plus = nr.flow(alpha, *(x + h * dx for x, dx in zip((a, W, b), v1)))
-        minus = nr.flow(alpha, *(x - h * dx for x, dx in zip((a, W, b), v1)))
-        v2 = [(p - q) / (2 * h) for p, q in zip(plus, minus)]
-        points = [tuple(x + eps * d1 + 0.5 * eps**2 * d2 for x, d1, d2 in zip((a, W, b), v1, v2))
-                  for eps in (h, -h)]
-        for row, beta in enumerate(modes):
-            if not lam0[row] > 0:
-                continue
-            h2_parts = (nr.kernel(beta, *points[0]) - 2 * k0_parts[row] + nr.kernel(beta, *points[1])) / h**2 / 2
-            parts[:, row, col] = h2_parts.mean(1) / lam0[row]
-            h2 = h2_parts.sum(0)
-            ratio = h2.mean() / lam0[row]
-            resid = (h2 - ratio * k0[row]) / lam0[row]      # delta method for the ratio of means
-            S[row, col], err[row, col] = ratio, resid.std(ddof=1) / math.sqrt(n)
-        nr.memo = {k: val for k, val in nr.memo.items() if val[0] is W}      # keep the init point only
-    return SecondOrder(S, err, lam0, n, dict(zip(PARTS, parts)),
-                       dict(zip(PARTS, np.array([x.mean(1) for x in k0_parts]).T)))
+def _cached(modes: tuple[Mode, ...], g: tuple[float, ...], activation: str, bias_std: float,
+            drivers: "tuple[int, ...] | None", parametrization: str, rates: Rates, quartic: bool) -> SecondOrder:
+    net = Network.build(activation, g, bias_std, parametrization)
+    return network_second_order(net, modes, drivers, rates=rates, quartic=quartic)
 
 
 def predicted_parts(so: SecondOrder, D: np.ndarray, q: float, resummed: bool = False) -> dict[str, np.ndarray]:
-    """The parts of ``λ_β(t)`` that the ``second_order`` (or, ``resummed``, the ``resummed``) closure predicts from
-    its integrated residuals ``D`` (``n_t × M``): ``λ^P_β(0) + λ_β(0) Σ_α S^P_{βα} G_α(D_α)`` with
-    ``G = q D²`` (or ``2 sinh²(sqrt(q S̄_α/2) D)/S̄_α``); they sum to ``λ_β(0) ρ_β`` (Monte Carlo ``λ_β(0)``). Keys
-    ``"readout"``, ``"weights"``, ``"bias"`` (the DESIGN §6 ``lambda_parts`` names)."""
+    """The parts of ``λ_β(t)`` that the *old* second-order law ``λ^P_β(0) + λ_β(0) Σ_α S^P_{βα} G_α(D_α)``
+    predicts (``G = q D²``, or ``resummed``: ``2 sinh²(sqrt(q S̄_α/2) D)/S̄_α``), for ``D`` of shape ``n_t × M``.
+    Keys ``"readout"``, ``"weights"``, ``"bias"``."""
     D = np.asarray(D, float)
     if resummed:
         sd = np.maximum(np.diag(so.S), 1e-30)

@@ -67,8 +67,9 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", bas
     otherwise; ``q``: the closure prefactor ``closure_prefactor(γ)`` of the parametrization (``parametrization``,
     else ``theory.parametrization`` when the theory has one, else ``"meanfield"``: ``q = γ²``); ``κ`` = the variant's
     or the derived ``q c_1/Λ_1²``; ``S``/``Sd``: the second-order growth constants ``S_{βα}`` of
-    :mod:`featureode.kernel.second_order` and ``max(S_{αα}, 1e-30)`` for the closures that use them (driven by the
-    target's modes, ``v_α ≠ 0``; computed from ``theory.activation``/``theory.bias_std``), else empty.
+    :mod:`featureode.kernel.second_order`, ``max(S_{αα}, 1e-30)`` and the parts ``U_{βαδ}``, ``V_{βα}`` for the
+    closures that use them (driven by the target's modes, ``v_α ≠ 0``; computed from the theory's network), else
+    empty.
     """
     system = variant.system(basis)
     modes = tuple(theory.modes)
@@ -88,13 +89,13 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", bas
     q = closure_prefactor(theory, parametrization)[1]
     kappa = q * float(c_levels[1] / theory.level_coefficients[1] ** 2) if variant.kappa is None \
         else float(variant.kappa)
-    S, Sd = np.zeros((0, 0)), np.zeros(0)
-    if any(a.expr.has(ode.S) or a.expr.has(ode.Sd) for a in system.assignments):
-        S, Sd = _second_order_inputs(theory)
+    S, Sd, U, V = np.zeros((0, 0)), np.zeros(0), np.zeros((0, 0, 0)), np.zeros((0, 0))
+    if any(a.expr.has(x) for x in (ode.S, ode.Sd, ode.U, ode.V) for a in system.assignments):
+        S, Sd, U, V = _second_order_inputs(theory)
     values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
               "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
               "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
-              "S": S, "Sd": Sd, "gamma": float(theory.gamma), "kappa": float(kappa), "q": q,
+              "S": S, "Sd": Sd, "U": U, "V": V, "gamma": float(theory.gamma), "kappa": float(kappa), "q": q,
               **variant.param_values}
     return [values[name] for name in system.inputs], system
 
@@ -108,24 +109,43 @@ def closure_prefactor(theory: Any, parametrization: str | None = None) -> tuple[
     return name, float(get_parametrization(name).closure_prefactor(float(theory.gamma)))
 
 
-def second_order_of(theory: Any) -> tuple[list[int], Any]:
+def second_order_of(theory: Any, rates: "tuple[float, float, float]" = (1.0, 1.0, 1.0)) -> tuple[list[int], Any]:
     """The driving modes (the target's, ``v_α ≠ 0``: indices into ``theory.modes``) and the
-    :class:`featureode.kernel.second_order.SecondOrder` constants ``S_{βα}`` of ``theory`` they drive, from
-    ``theory.activation``/``theory.bias_std``."""
-    from featureode.kernel.second_order import second_order_constants
+    :class:`featureode.kernel.second_order.SecondOrder` constants of ``theory`` they drive (deterministic
+    quadrature on ``theory.network``, else on the network of ``theory.activation``/``theory.bias_std``/``theory.g``);
+    ``rates``: the per-group learning-rate weights ``(η_a, η_w, η_b)`` of the flow metric. A constant that does not
+    exist (a diverging average) is a :class:`SolveError`."""
+    from featureode.kernel.growth import GrowthError, Rates
+    from featureode.kernel.second_order import network_second_order, second_order_constants
 
     if not getattr(theory, "activation", ""):
         raise SolveError("the second-order closures need the network's activation and σ_b; build the kernel "
                          "theory with featureode.kernel.theory.kernel_theory (theory.activation is empty)")
     drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
-    return drivers, second_order_constants(tuple(theory.modes), np.asarray(theory.g, dtype=float),
-                                           theory.activation, theory.bias_std, drivers=drivers)
+    net = getattr(theory, "network", None)
+    try:
+        if net is not None and tuple(net.g_key) == tuple(float(x) for x in theory.g) \
+                and net.activation.name == theory.activation:
+            key = (id(net), tuple(theory.modes), tuple(drivers), tuple(rates))
+            so = _SECOND_ORDER.get(key)
+            if so is None or so[0] is not net:
+                _SECOND_ORDER[key] = (net, network_second_order(net, theory.modes, drivers, rates=Rates(*rates)))
+                while len(_SECOND_ORDER) > 16:
+                    _SECOND_ORDER.pop(next(iter(_SECOND_ORDER)))
+            return drivers, _SECOND_ORDER[key][1]
+        return drivers, second_order_constants(tuple(theory.modes), np.asarray(theory.g, dtype=float),
+                                               theory.activation, theory.bias_std, drivers=drivers, rates=rates)
+    except (GrowthError, ValueError) as exc:
+        raise SolveError(f"second-order constants: {exc}") from None
 
 
-def _second_order_inputs(theory: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``S_{βα}`` (:func:`second_order_of`) and ``Sd_α = max(S_{αα}, 1e-30)`` for ``theory``."""
+_SECOND_ORDER: dict = {}
+
+
+def _second_order_inputs(theory: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``S_{βα}``, ``Sd_α = max(S_{αα}, 1e-30)``, ``U_{βαδ}`` and ``V_{βα}`` (:func:`second_order_of`)."""
     so = second_order_of(theory)[1]
-    return so.S, np.maximum(np.diag(so.S), 1e-30)
+    return so.S, np.maximum(np.diag(so.S), 1e-30), so.U, so.V
 
 
 # ----------------------------------------------------------------------------------------------------------------

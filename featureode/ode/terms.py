@@ -21,7 +21,9 @@ Symbols (also the names a user expression may use, :data:`NAMESPACE`): indices `
 (modes), ``i`` (directions); states ``f[b]``, ``D[b]``; inputs ``v[b]`` (target), ``lam0[b]`` (λ_β(0)), ``B[b,i]``
 (``β_i``), ``g[i]``, ``gpow[b]`` (``g^β``), ``c[b]`` (``c_{|β|}``), ``K[a,b]`` (off-diagonal Gram ``K_{αβ}(0)``,
 extended basis), ``S[b,a]`` (second-order growth constants ``S_{βα}``), ``Sd[a]`` (``max(S_{αα}, 1e-30)``),
-``gamma``, ``kappa``, ``q``; intermediates ``r[i]``, ``s``, ``rho[b]``, ``lam[b]``.
+``U[b,a,delta]`` and ``V[b,a]`` (the two parts of ``S``: ``S_{βα} = U_{βαα} + V_{βα}``,
+:mod:`featureode.kernel.second_order`), ``gamma``, ``kappa``, ``q``; a second driving-mode index ``delta``
+(``sum_delta``); intermediates ``r[i]``, ``s``, ``rho[b]``, ``lam[b]``.
 """
 from __future__ import annotations
 
@@ -50,9 +52,11 @@ beta = sp.Symbol("beta", integer=True)
 alpha = sp.Symbol("alpha", integer=True)
 i = sp.Symbol("i", integer=True)
 j = sp.Symbol("j", integer=True)      # Jacobian column (a mode index); not available to user expressions
+delta = sp.Symbol("delta", integer=True)   # a second driving-mode index (double sums over drivers)
 
 f, D = sp.IndexedBase("f"), sp.IndexedBase("D")
 v, lam0, B, g, gpow, c, K, S, Sd = (sp.IndexedBase(n) for n in ("v", "lam0", "B", "g", "gpow", "c", "K", "S", "Sd"))
+U, V = sp.IndexedBase("U"), sp.IndexedBase("V")
 gamma, kappa, q = sp.Symbol("gamma"), sp.Symbol("kappa"), sp.Symbol("q")
 r, rho, lam = sp.IndexedBase("r"), sp.IndexedBase("rho"), sp.IndexedBase("lam")
 s = sp.Symbol("s")
@@ -60,13 +64,14 @@ dfdt, dDdt = sp.IndexedBase("dfdt"), sp.IndexedBase("dDdt")
 
 STATES = (f, D)
 #: Inputs of every compiled system, in argument order (user parameters follow, sorted by name).
-INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "gamma", "kappa", "q")
+INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "U", "V", "gamma", "kappa", "q")
 INTERMEDIATES = {"r": r, "s": s, "rho": rho, "lam": lam}
 
 
 def index_space() -> IndexSpace:
     """A fresh index space: mode indices β, α, j over ``0…M-1``; the direction index i over ``0…d-1``."""
-    return IndexSpace({"mode": M, "direction": d}, {beta: "mode", alpha: "mode", j: "mode", i: "direction"})
+    return IndexSpace({"mode": M, "direction": d},
+                      {beta: "mode", alpha: "mode", delta: "mode", j: "mode", i: "direction"})
 
 
 def mode_sum(expr: sp.Expr, idx: sp.Symbol = beta) -> sp.Sum:
@@ -86,10 +91,12 @@ def direction_product(expr: sp.Expr, idx: sp.Symbol = i) -> sp.Product:
 
 #: Names a user expression may use, mapped to the objects above (plus the sum/product helpers).
 NAMESPACE: dict[str, object] = {
-    "b": beta, "beta": beta, "a": alpha, "alpha": alpha, "i": i, "M": M, "d": d,
+    "b": beta, "beta": beta, "a": alpha, "alpha": alpha, "delta": delta, "i": i, "M": M, "d": d,
     "f": f, "D": D, "v": v, "lam0": lam0, "B": B, "g": g, "gpow": gpow, "c": c, "K": K, "S": S, "Sd": Sd,
+    "U": U, "V": V,
     "gamma": gamma, "kappa": kappa, "q": q, "r": r, "s": s, "rho": rho, "lam": lam,
-    "sum_b": mode_sum, "sum_a": lambda e: mode_sum(e, alpha), "sum_i": direction_sum, "prod_i": direction_product,
+    "sum_b": mode_sum, "sum_a": lambda e: mode_sum(e, alpha), "sum_delta": lambda e: mode_sum(e, delta),
+    "sum_i": direction_sum, "prod_i": direction_product,
 }
 
 
@@ -159,33 +166,59 @@ DISPLACEMENT_GROWTH = Term("displacement_growth",
                            sp.Integer(1),
                            "displacement closure: first-order weight displacement driven by integrated residuals")
 
-SECOND_ORDER_GROWTH = Term("second_order_growth", 1 + q * mode_sum(S[beta, alpha] * D[alpha] ** 2, alpha), (beta,),
-                           sp.Integer(1),
-                           "second-order closure: each eigenvalue to second order in the weight displacement, "
-                           "readout, first-layer and bias parts and their cross terms averaged jointly over init")
-"""``ρ_β = 1 + q Σ_α S_{βα} D_α²`` (an eigenvalue law: it takes the place of ``eigen_growth``; ``r_i = 1``).
+def _positive_law(first: "sp.Expr | None" = None, second: "sp.Expr | None" = None) -> sp.Expr:
+    """``(1 + Σ_α V_{βα} c_α)² + Σ_{α,δ} U_{βαδ} s_α s_δ`` with the driving-mode functions ``s_α`` (first order)
+    and ``c_α`` (second order) as given; default ``s_α = γ D_α``, ``c_α = γ² D_α²/2`` (``γ² = q``)."""
+    s_a = sp.sqrt(q) * D[alpha] if first is None else first
+    s_d = s_a.xreplace({alpha: delta})
+    c_a = q * D[alpha] ** 2 / 2 if second is None else second
+    return ((1 + mode_sum(V[beta, alpha] * c_a, alpha)) ** 2
+            + mode_sum(s_a * mode_sum(U[beta, alpha, delta] * s_d, delta), alpha))
 
-``S_{βα}`` is the second-order growth of ``λ_β`` when mode α has accumulated the integrated residual ``D_α``
-(:mod:`featureode.kernel.second_order`, ``derivations/closure_second_order.py``): the per-neuron flow ``dθ/dD_α = γ P∇φ_α``
-expanded to second order in ``γ D_α`` — the readout growth of the neurons that carry α, their first-layer and bias
-displacement, and the feedback of one on the other — averaged jointly over the init law. For a linear activation it
-gives ``S_{αα} = 2 g_α`` where first-order ``displacement`` has ``c_1 g_α = g_α``: the readout growth and the
-readout–weight feedback are of the same order as the first-order displacement.
+
+SECOND_ORDER_GROWTH = Term("second_order_growth", _positive_law(), (beta,), sp.Integer(1),
+                           "second-order closure: each eigenvalue as the average of the squared per-neuron "
+                           "gradient expanded to second order in the weight displacement (readout, first-layer "
+                           "and bias parts and their cross terms averaged jointly over init); positive by "
+                           "construction")
+"""``ρ_β = (1 + (q/2) Σ_α V_{βα} D_α²)² + q Σ_{α,δ} U_{βαδ} D_α D_δ`` (an eigenvalue law: it takes the place of
+``eigen_growth``; ``r_i = 1``).
+
+Derivation (:mod:`featureode.kernel.second_order`, ``derivations/closure_second_order.py``). ``λ_β = E|u|²`` with
+``u = P^{1/2}∇φ_β(θ)`` the per-neuron gradient; along the flow ``dθ/dD_α = γ P∇φ_α`` it is
+``u = u_0 + Σ_α γ D_α u_1^α + ½ Σ_α γ² D_α² u_2^α + O(D³)``. Keeping of ``u_2^α`` its component along ``u_0`` in
+``L²(init)``, ``V_{βα} u_0`` with ``V_{βα} = E[u_0·u_2^α]/λ_β`` (the orthogonal rest enters ``|u|²`` only at order
+``D⁴``, with a positive sign), and with ``U_{βαδ} = E[u_1^α·u_1^δ]/λ_β`` and ``E[u_0·u_1^α] = 0`` (``a → −a``)::
+
+    λ_β(D)/λ_β(0) = E|(1 + ½ Σ_α γ² D_α² V_{βα}) u_0 + Σ_α γ D_α u_1^α|² / λ_β = (1 + ½ q Σ_α V_{βα} D_α²)² + q DᵀU_β D.
+
+To order ``D²`` this is ``1 + q Σ_α S_{βα} D_α²`` with ``S_{βα} = U_{βαα} + V_{βα}``, the exact second-order
+growth. It is the average of a square (``U_β`` is a Gram matrix), so ``ρ_β ≥ 0`` for every ``D``, and
+``K(t) = diag(√ρ) K(0) diag(√ρ)`` stays positive semi-definite (``docs/theory/well_posedness.md``). The previous law
+``1 + q Σ_α S_{βα} D_α²`` — negative once ``S_{βα} < 0`` and ``D`` is large — is its truncation at order ``D²``.
+For a linear activation ``S_{αα} = 2 g_α`` (``U = V = g_α``), where first-order ``displacement`` has
+``c_1 g_α = g_α``.
 """
+_KAPPA = sp.sqrt(Sd[alpha] / 2)
 RESUMMED_GROWTH = Term("resummed_growth",
-                       1 + mode_sum(S[beta, alpha] * 2 * sp.sinh(sp.sqrt(q * Sd[alpha] / 2) * D[alpha]) ** 2
-                                    / Sd[alpha], alpha),
+                       _positive_law(sp.sinh(_KAPPA * sp.sqrt(q) * D[alpha]) / _KAPPA,
+                                     2 * sp.sinh(_KAPPA * sp.sqrt(q) * D[alpha] / 2) ** 2 / _KAPPA**2),
                        (beta,), sp.Integer(1),
-                       "resummed second-order closure: the second-order growth resummed along the hyperbolic "
-                       "per-neuron flow of each driving mode")
-"""``ρ_β = 1 + Σ_α S_{βα} (cosh(sqrt(2 q S_{αα}) D_α) − 1)/S_{αα}`` (written with ``cosh x − 1 = 2 sinh²(x/2)``;
-``Sd_α = max(S_{αα}, 10⁻³⁰)``, so a column with ``S_{αα} ≤ 0`` falls back to the second-order law).
+                       "resummed second-order closure: the positive second-order law resummed along the "
+                       "hyperbolic per-neuron flow of each driving mode")
+"""``ρ_β = (1 + Σ_α V_{βα} c_α)² + Σ_{α,δ} U_{βαδ} s_α s_δ`` with ``s_α = sinh(κ_α x_α)/κ_α``,
+``c_α = (cosh(κ_α x_α) − 1)/κ_α²``, ``x_α = sqrt(q) D_α``, ``κ_α² = Sd_α/2 = max(S_{αα}, 10⁻³⁰)/2``.
 
-Resummation. Driven by a degree-1 mode the per-neuron flow is a hyperbolic rotation of ``(a, ŵ_α/sqrt(g_α))`` with
-rapidity ``γ sqrt(g_α) m_1 D_α``, so every second moment grows like ``cosh(2 γ sqrt(g_α) m_1 D_α)``; the resummed law
-has the rapidity fixed by the driving mode's own second-order coefficient ``S_{αα}`` and agrees with
-``second_order_growth`` to order ``D²``. It is exact for a linear activation (any mode driven alone; also the
-growth of the other modes' eigenvalues through ``⟨a²⟩``).
+Resummation. The second-order law keeps ``u = u_0 + x u_1 + ½ x² u_2``; if the per-neuron gradient obeys
+``u‴ = κ² u′`` along the flow (true for a linear activation, where ``(a, ŵ_α/sqrt(g_α))`` rotates hyperbolically
+with rapidity ``sqrt(g_α)``), the whole series is ``u = u_0 + (sinh κx/κ) u_1 + ((cosh κx − 1)/κ²) u_2``; with
+``u_2`` projected on ``u_0`` as in :data:`SECOND_ORDER_GROWTH` the average of its square is the law above. The
+rapidity is fixed by the driving mode's own second-order growth, ``κ_α² = S_{αα}/2`` (for ``S_{αα} ≤ 0`` it
+falls back to ``κ → 0``, the second-order law). It agrees with ``second_order_growth`` to order ``D²``, is an
+average of squares (``ρ_β ≥ 0``), and is exact for the driving mode of a linear network
+(``λ_α(D)/λ_α(0) = cosh(2 γ sqrt(g_α) D_α)``; for a non-driving mode ``z_1`` it gives
+``((1 + cosh x)/2)² + sinh² x/2`` against the exact ``cosh² x``, ``x = γ sqrt(g_0) D_0``: the projection drops
+the part of ``u_2`` orthogonal to ``u_0``).
 """
 
 #: Terms present in every system (the closure term and mode_coupling depend on the variant and basis).
