@@ -22,7 +22,8 @@ from featureode.ode.variants import Variant, closure_names, get_closure, variant
 _INDEXED = {"f": "f_{%s}", "D": "D_{%s}", "v": "v_{%s}", "lam0": r"\lambda_{%s}(0)", "lam": r"\lambda_{%s}",
             "rho": r"\rho_{%s}", "gpow": "g^{%s}", "c": "c_{|%s|}", "g": "g_{%s}", "r": "r_{%s}",
             "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}", "S": r"S_{%s%s}", "Sd": r"\bar S_{%s}",
-            "U": r"U_{%s%s%s}", "V": r"V_{%s%s}"}
+            "U": r"U_{%s%s%s}", "V": r"V_{%s%s}",
+            "sv": r"s^{\mathrm{sp}}_{%s}"}
 _LHS = {"r": "r_i", "s": "s", "rho": r"\rho_\beta", "lam": r"\lambda_\beta(t)",
         "dfdt": r"\frac{d f_\beta}{dt}", "dDdt": r"\frac{d D_\beta}{dt}"}
 

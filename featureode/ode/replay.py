@@ -11,6 +11,26 @@ flow on the mode set, or the mode set itself) is. A replay uses measurements, so
   ``df/dt = K(t)(v − f)``, ``f(0) = 0``, integrated with ``scipy.integrate.solve_ivp`` (entries of ``K``
   interpolated as above).
 
+* Spread-aware forms (target basis, ``spread=``): the measured ``λ_β(t)`` is only the *mean* of the mode's
+  spectral measure under the kernel; with its second moment ``‖Kφ_β‖²(t)`` (``lambda_second_moment`` of a simulation
+  run with ``spread=True``, or ``relative_variance`` ``s_β``: variance ``s_β λ_β(t)²``) and the top of the spectrum
+  ``L(t)`` (the measured ``lambda_top``) the residual ``R_β = 1 − f_β/v_β`` of a measure that keeps its shape while
+  it grows (``K(t) = c(t) K_0``, exact then) is a function of the integrated mean ``Λ = ∫λ_β``, the integrated
+  standard deviation ``Σ = ∫ sqrt(max(‖Kφ_β‖² − λ_β², 0))`` and ``Λ_L = ∫L``:
+
+  - ``"twopoint"``: atoms at ``Λ_L`` (weight ``w = Σ²/((Λ_L − Λ)² + Σ²)``) and ``ℓ = Λ − Σ²/(Λ_L − Λ)``:
+    ``R = w e^{−Λ_L} + (1 − w) e^{−ℓ}``, the *smallest* residual of any measure on ``[0, Λ_L]`` with this mean and
+    variance (Chebyshev–Markov–Krein; ``ℓ`` clipped at 0, i.e. ``w = Λ/Λ_L``, when the variance exceeds what
+    ``[0, Λ_L]`` allows);
+  - ``"bound"``: atoms at 0 and ``(Λ² + Σ²)/Λ``: ``R = 1 − p + p e^{−(Λ² + Σ²)/Λ}``, ``p = Λ²/(Λ² + Σ²)``, the
+    *largest* residual with this mean and variance;
+  - ``"gamma"``: the gamma law of that mean and variance, ``R = (1 + Σ²/Λ)^{−Λ²/Σ²}``.
+
+  Every form has ``R ≥ e^{−Λ}`` (Jensen) and equals it at ``Σ = 0``. ``loss`` is the projections' loss
+  ``Σ v_β² R_β²/Σ v_β²``; the array ``loss_full`` is the error of the whole function, ``Σ v_β² ∫e^{−2λ}dν_β /
+  Σ v_β²`` (the form at doubled arguments; cross terms between target modes left out), which the network's test loss
+  measures (it also counts what leaked onto other directions).
+
 The result is a :class:`~featureode.results.trajectory.Trajectory` of kind ``"ode"`` named ``"replay"``, with ``loss`` the
 in-support ``L/L(0) = Σ_β (v_β − f_β)² / Σ_β v_β²``, ``lam`` the eigenvalues it used and ``meta`` marking it
 (``uses_measurements: true``, ``parameter_free: false``, ``basis``, ``source``).
@@ -92,13 +112,53 @@ def _times(t: np.ndarray, n_points: int) -> np.ndarray:
     return np.unique(np.concatenate([t, np.geomspace(lo, t[-1], n_points)]))
 
 
+SPREAD_FORMS = ("twopoint", "gamma", "bound")
+
+
+def spread_residual(form: str, Lam: np.ndarray, Sig: np.ndarray, LamL: np.ndarray | None = None) -> np.ndarray:
+    """The residual ``R = ∫ e^{−λ} dν`` of the spread form ``form`` (module docstring) with integrated mean ``Lam``,
+    integrated standard deviation ``Sig`` and (``"twopoint"``) integrated top eigenvalue ``LamL``, elementwise."""
+    Lam, Sig = np.asarray(Lam, float), np.asarray(Sig, float)
+    var = Sig**2
+    with np.errstate(all="ignore"):
+        if form == "gamma":
+            out = np.exp(-np.where(var > 0, Lam**2 / var * np.log1p(var / np.where(Lam > 0, Lam, 1.0)), Lam))
+        elif form == "bound":
+            m2 = Lam**2 + var
+            p = np.where(m2 > 0, Lam**2 / np.where(m2 > 0, m2, 1.0), 1.0)
+            out = 1 - p + p * np.exp(-np.where(Lam > 0, m2 / np.where(Lam > 0, Lam, 1.0), 0.0))
+        elif form == "twopoint":
+            if LamL is None:
+                raise ReplayError("replay: the 'twopoint' spread form needs the top eigenvalue (lambda_top)")
+            LamL = np.maximum(np.asarray(LamL, float), Lam)
+            gap = LamL - Lam
+            low = np.where(gap > 0, Lam - var / np.where(gap > 0, gap, 1.0), Lam)
+            w = np.where(gap > 0, var / (gap**2 + var + (var == 0)), 0.0)
+            clip = low < 0               # variance beyond what [0, Λ_L] allows: the atom at 0, mean kept
+            w = np.where(clip, Lam / np.where(LamL > 0, LamL, 1.0), w)
+            low = np.where(clip, 0.0, low)
+            out = w * np.exp(-LamL) + (1 - w) * np.exp(-low)
+        else:
+            raise ReplayError(f"replay: spread must be one of {', '.join(SPREAD_FORMS)} (or None), got {form!r}")
+    return np.where(np.isfinite(out), out, np.exp(-Lam))
+
+
 def replay(mlp: Trajectory, *, basis: str = "target", n_points: int = 200, rtol: float = 1e-8,
-           atol: float = 1e-10, name: str = "replay", source: str = "") -> Trajectory:
+           atol: float = 1e-10, name: str = "replay", source: str = "", spread: str | None = None,
+           relative_variance: "Sequence[float] | None" = None) -> Trajectory:
     """The kernel flow driven by the measurements of ``mlp`` (a simulation's :class:`Trajectory`): its ``lam``
     (target basis) or its ``gram`` array (extended basis), on ``mlp.modes`` with target ``mlp.target``; output
-    at the measurement times plus ``n_points`` log-spaced times. Raises :class:`ReplayError` naming what is missing."""
+    at the measurement times plus ``n_points`` log-spaced times. ``spread`` (target basis): one of
+    :data:`SPREAD_FORMS`, with the measured ``lambda_second_moment`` or, when given, ``relative_variance`` ``s_β``
+    (variance ``s_β λ_β(t)²``, e.g. the init prediction of :mod:`featureode.kernel.spread`). Raises
+    :class:`ReplayError` naming what is missing."""
     where = f" of {source}" if source else ""
     check_basis(basis, ReplayError, "replay: basis")
+    if spread is not None and basis != "target":
+        raise ReplayError("replay: the spread forms are for the target basis (the extended basis already carries "
+                          "the spread within the basis through the measured Gram)")
+    if spread is not None and spread not in SPREAD_FORMS:
+        raise ReplayError(f"replay: spread must be one of {', '.join(SPREAD_FORMS)} (or None), got {spread!r}")
     if mlp.kind != "mlp":
         raise ReplayError(f"replay needs a simulation (kind 'mlp'), got a trajectory of kind {mlp.kind!r}{where}")
     v = np.asarray(mlp.target, float)
@@ -115,7 +175,39 @@ def replay(mlp: Trajectory, *, basis: str = "target", n_points: int = 200, rtol:
         lam = np.asarray(lam, float)
         if not np.all(np.isfinite(lam)):
             raise ReplayError(f"replay: the measured 'lambda'{where} holds non-finite values")
-        f = v * (1 - np.exp(-integrated_eigenvalue(t, lam, times)))
+        Lam = integrated_eigenvalue(t, lam, times)
+        if spread is None:
+            f = v * (1 - np.exp(-Lam))
+        else:
+            if relative_variance is not None:
+                rv = np.asarray(relative_variance, float)
+                if rv.shape != (lam.shape[1],) or not np.all(np.isfinite(rv)) or np.any(rv < 0):
+                    raise ReplayError(f"replay: relative_variance must hold {lam.shape[1]} finite values ≥ 0, got "
+                                      f"{rv.tolist()}")
+                sd = np.sqrt(rv)[None, :] * np.abs(lam)
+            else:
+                second = mlp.get("lambda_second_moment")
+                if second is None:
+                    raise ReplayError(f"replay (spread {spread!r}) needs the measured 'lambda_second_moment'{where};"
+                                      " simulate with spread=True (featureode.sim.mlp.simulate_config), or give "
+                                      "relative_variance")
+                second = np.asarray(second, float)
+                if second.shape != lam.shape:
+                    raise ReplayError(f"replay: 'lambda_second_moment'{where} has shape {second.shape}, expected "
+                                      f"{lam.shape}")
+                sd = np.sqrt(np.maximum(np.nan_to_num(second - lam**2, nan=0.0), 0.0))
+            Sig = integrated_eigenvalue(t, sd, times)
+            LamL = None
+            if spread == "twopoint":
+                top = mlp.get("lambda_top")
+                if top is None:
+                    raise ReplayError(f"replay (spread 'twopoint') needs the measured 'lambda_top'{where}")
+                top = np.repeat(np.asarray(top, float).reshape(-1, 1), lam.shape[1], axis=1)
+                LamL = integrated_eigenvalue(t, top, times)
+            f = v * (1 - spread_residual(spread, Lam, Sig, LamL))
+            # the whole function's error ‖e^{−∫K} φ_β‖² = ∫ e^{−2λ} dν: the same form at doubled arguments
+            full = spread_residual(spread, 2 * Lam, 2 * Sig, None if LamL is None else 2 * LamL)
+            loss_full = np.sum(v**2 * full, axis=1) / np.sum(v**2)
         lam_out = _segments(t, lam, times)
     else:
         gram = mlp.get("gram")
@@ -138,9 +230,15 @@ def replay(mlp: Trajectory, *, basis: str = "target", n_points: int = 200, rtol:
         f = sol.y.T
         lam_out = np.einsum("tmm->tm", _segments(t, gram, times))
     loss = np.sum((v - f) ** 2, axis=1) / np.sum(v**2)
-    meta = {"uses_measurements": True, "parameter_free": False, "basis": basis, "source": source}
+    arrays = {}
+    if basis == "target" and spread is not None:
+        arrays["loss_full"] = loss_full
+    meta = {"uses_measurements": True, "parameter_free": False, "basis": basis, "source": source,
+            "spread": spread, "spread_source": None if spread is None else (
+                "relative_variance" if relative_variance is not None else "lambda_second_moment")}
     return Trajectory("ode", name, tuple(mlp.modes), v, times, loss, f=f, lam=lam_out, in_support_loss=loss,
-                      t50=crossing_time(times, loss, 0.5), t10=crossing_time(times, loss, 0.1), meta=meta)
+                      t50=crossing_time(times, loss, 0.5), t10=crossing_time(times, loss, 0.1), meta=meta,
+                      arrays=arrays)
 
 
 def replay_run(folder: "str | Path", basis: str = "target", **kwargs: object) -> Trajectory:

@@ -22,6 +22,7 @@ curve in ``error.trajectory``; :func:`solve_config` and :func:`solve_batch` keep
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -92,10 +93,12 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", bas
     S, Sd, U, V = np.zeros((0, 0)), np.zeros(0), np.zeros((0, 0, 0)), np.zeros((0, 0))
     if any(a.expr.has(x) for x in (ode.S, ode.Sd, ode.U, ode.V) for a in system.assignments):
         S, Sd, U, V = _second_order_inputs(theory)
+    sv = _spread_inputs(theory, variant.spread_width) if any(a.expr.has(ode.sv) for a in system.assignments) \
+        else np.zeros(0)
     values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
               "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
               "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
-              "S": S, "Sd": Sd, "U": U, "V": V, "gamma": float(theory.gamma), "kappa": float(kappa), "q": q,
+              "S": S, "Sd": Sd, "U": U, "V": V, "sv": sv, "gamma": float(theory.gamma), "kappa": float(kappa), "q": q,
               **variant.param_values}
     return [values[name] for name in system.inputs], system
 
@@ -148,6 +151,22 @@ def _second_order_inputs(theory: Any) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return so.S, np.maximum(np.diag(so.S), 1e-30), so.U, so.V
 
 
+def _spread_inputs(theory: Any, width: "int | None") -> np.ndarray:
+    """``s_β`` of :func:`featureode.kernel.spread.spread_shift` on ``theory.modes`` (init spread at ``width``;
+    ``None``: infinite width), from ``theory.network`` or its activation, spectrum and σ_b."""
+    from featureode.kernel.network import Network
+    from featureode.kernel.spread import spread_shift
+
+    net = getattr(theory, "network", None)
+    if net is None:
+        if not getattr(theory, "activation", ""):
+            raise SolveError("the spread-aware flow needs the network's activation and σ_b; build the kernel theory "
+                             "with featureode.kernel.theory.kernel_theory (theory.activation is empty)")
+        net = Network.build(theory.activation, np.asarray(theory.g, float), theory.bias_std)
+    return spread_shift(net, tuple(theory.modes), width)
+
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # systems, built and compiled once per variant spec
 # ----------------------------------------------------------------------------------------------------------------
@@ -170,11 +189,11 @@ _BUILT: dict[tuple, tuple[ode.System, dict[str, Compiled]]] = {}
 
 def _spec(variant: Variant, basis: str) -> tuple:
     """What a variant's system depends on: the closure's name and term (by value, so an equal user closure made
-    again reuses the system), scale, ablations, replacements, parameter names and the basis."""
+    again reuses the system), scale, spread, ablations, replacements, parameter names and the basis."""
     closure = variant.closure_obj
     return (closure.name, closure.term, variant.scale, variant.ablate,
             tuple(sorted((k, str(x)) for k, x in variant.replace.items())), tuple(sorted(variant.param_values)),
-            basis)
+            basis, variant.spread)
 
 
 def _built(variant: Variant, basis: str, backend: str) -> tuple[_BuiltVariant, ode.System, Compiled]:
@@ -475,6 +494,8 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False) -> ODER
     t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
     variants: dict[str, Trajectory] = {}
     for variant in variants_from_config(o, allow_replay=allow_replay):
+        if variant.spread and variant.spread_width is None:   # the init spread at the config's width
+            variant = dataclasses.replace(variant, spread_width=int(cfg.network.width))
         try:
             traj = solve_variant(theory, variant, cfg.training.t_max, o.eigenvalues, basis=o.basis,
                                  backend=o.backend, method=o.method, rtol=o.rtol, atol=o.atol, n_points=o.n_points,

@@ -22,7 +22,7 @@ Symbols (also the names a user expression may use, :data:`NAMESPACE`): indices `
 (``β_i``), ``g[i]``, ``gpow[b]`` (``g^β``), ``c[b]`` (``c_{|β|}``), ``K[a,b]`` (off-diagonal Gram ``K_{αβ}(0)``,
 extended basis), ``S[b,a]`` (second-order growth constants ``S_{βα}``), ``Sd[a]`` (``max(S_{αα}, 1e-30)``),
 ``U[b,a,delta]`` and ``V[b,a]`` (the two parts of ``S``: ``S_{βα} = U_{βαα} + V_{βα}``,
-:mod:`featureode.kernel.second_order`), ``gamma``, ``kappa``, ``q``; a second driving-mode index ``delta``
+:mod:`featureode.kernel.second_order`), ``sv[b]`` (spread shift ``s_β``, :data:`SPREAD`), ``gamma``, ``kappa``, ``q``; a second driving-mode index ``delta``
 (``sum_delta``); intermediates ``r[i]``, ``s``, ``rho[b]``, ``lam[b]``.
 """
 from __future__ import annotations
@@ -57,6 +57,7 @@ delta = sp.Symbol("delta", integer=True)   # a second driving-mode index (double
 f, D = sp.IndexedBase("f"), sp.IndexedBase("D")
 v, lam0, B, g, gpow, c, K, S, Sd = (sp.IndexedBase(n) for n in ("v", "lam0", "B", "g", "gpow", "c", "K", "S", "Sd"))
 U, V = sp.IndexedBase("U"), sp.IndexedBase("V")
+sv = sp.IndexedBase("sv")   # the spread shift s_β of the spread-aware flow (featureode.kernel.spread)
 gamma, kappa, q = sp.Symbol("gamma"), sp.Symbol("kappa"), sp.Symbol("q")
 r, rho, lam = sp.IndexedBase("r"), sp.IndexedBase("rho"), sp.IndexedBase("lam")
 s = sp.Symbol("s")
@@ -64,7 +65,7 @@ dfdt, dDdt = sp.IndexedBase("dfdt"), sp.IndexedBase("dDdt")
 
 STATES = (f, D)
 #: Inputs of every compiled system, in argument order (user parameters follow, sorted by name).
-INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "U", "V", "gamma", "kappa", "q")
+INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "U", "V", "sv", "gamma", "kappa", "q")
 INTERMEDIATES = {"r": r, "s": s, "rho": rho, "lam": lam}
 
 
@@ -93,7 +94,7 @@ def direction_product(expr: sp.Expr, idx: sp.Symbol = i) -> sp.Product:
 NAMESPACE: dict[str, object] = {
     "b": beta, "beta": beta, "a": alpha, "alpha": alpha, "delta": delta, "i": i, "M": M, "d": d,
     "f": f, "D": D, "v": v, "lam0": lam0, "B": B, "g": g, "gpow": gpow, "c": c, "K": K, "S": S, "Sd": Sd,
-    "U": U, "V": V,
+    "U": U, "V": V, "sv": sv,
     "gamma": gamma, "kappa": kappa, "q": q, "r": r, "s": s, "rho": rho, "lam": lam,
     "sum_b": mode_sum, "sum_a": lambda e: mode_sum(e, alpha), "sum_delta": lambda e: mode_sum(e, delta),
     "sum_i": direction_sum, "prod_i": direction_product,
@@ -219,6 +220,19 @@ average of squares (``ρ_β ≥ 0``), and is exact for the driving mode of a lin
 (``λ_α(D)/λ_α(0) = cosh(2 γ sqrt(g_α) D_α)``; for a non-driving mode ``z_1`` it gives
 ``((1 + cosh x)/2)² + sinh² x/2`` against the exact ``cosh² x``, ``x = γ sqrt(g_0) D_0``: the projection drops
 the part of ``u_2`` orthogonal to ``u_0``).
+"""
+
+SPREAD = Term("spread", 1 - sv[beta], (beta,), sp.Integer(1),
+              "spectral spread: each eigenvalue lowered to the slow atom of the two-point spectral measure with the "
+              "mode's init mean, variance and the top of the spectrum")
+"""``λ_β(t) = λ_β(0) ρ_β (1 − s_β)`` with ``s_β = var_β/(λ_β(L − λ_β))`` (:func:`featureode.kernel.spread.two_point_shift`).
+
+A Rayleigh quotient ``λ_β = ⟨φ_β, Kφ_β⟩`` is the mean of the mode's spectral measure ``ν_β``; the residual of the
+mode relaxes as ``∫ e^{−λ Λ} dν_β`` (``Λ = ∫ρ``, when the kernel grows by a common factor), not ``e^{−λ_β Λ}``.
+With the variance ``var_β = ‖Kφ_β‖² − λ_β²`` of the init kernel at the network's width (infinite-width couplings
+and the 1/N part, :mod:`featureode.kernel.spread`) and the spectrum's top ``L``, the measure that decays fastest is
+two-point with an atom at ``L`` (Chebyshev–Markov–Krein); its slow atom ``ℓ = λ_β(1 − s_β)`` is what this term
+keeps: the least slowdown the spread implies. Off unless the variant asks for it (``+spread``).
 """
 
 #: Terms present in every system (the closure term and mode_coupling depend on the variant and basis).
@@ -379,18 +393,19 @@ def is_eigen_law(closure: Term) -> bool:
 
 def build_system(closure: Term | None, *, scale: bool = False, basis: str = "target",
                  removed: Iterable[str] = (), replaced: Mapping[str, sp.Expr] | None = None,
-                 params: Iterable[str] = ()) -> System:
+                 params: Iterable[str] = (), spread: bool = False) -> System:
     """Assemble and resolve the system for one closure term (``None``: lazy, ``r_i = 1``; a direction law gives
     ``r_i``, an eigenvalue law (:func:`is_eigen_law`) gives ``ρ_β`` in place of ``eigen_growth``).
 
     ``removed``: term names replaced by their neutral value; ``replaced``: ``{term name: new body}`` (free indices
     must be among the term's). Both must name terms active in this system (callers validate and report).
+    ``spread``: multiply every eigenvalue by the :data:`SPREAD` term.
     """
     check_basis(basis, AssemblyError)
     replaced = dict(replaced or {})
     removed = tuple(removed)
     eigen = None if closure is not None and is_eigen_law(closure) else EIGEN_GROWTH
-    active = [t for t in (closure, SCALE if scale else None, eigen, KERNEL_FLOW,
+    active = [t for t in (closure, SCALE if scale else None, eigen, SPREAD if spread else None, KERNEL_FLOW,
                           MODE_COUPLING if basis == "extended" else None, RESIDUAL_INTEGRAL) if t is not None]
     terms = tuple(t.with_body(replaced[t.name]) if t.name in replaced else t for t in active)
     ph = {t.name: t.placeholder for t in terms}
@@ -400,7 +415,7 @@ def build_system(closure: Term | None, *, scale: bool = False, basis: str = "tar
     templates = [("r", r, (i,), ph[closure.name] if direction_law else sp.Integer(1)),
                  ("s", s, (), ph["scale"] if scale else sp.Integer(1)),
                  ("rho", rho, (beta,), growth * s),
-                 ("lam", lam, (beta,), lam0[beta] * rho[beta]),
+                 ("lam", lam, (beta,), lam0[beta] * rho[beta] * (ph["spread"] if spread else 1)),
                  ("dfdt", dfdt, (beta,), flow),
                  ("dDdt", dDdt, (beta,), ph["residual_integral"])]
     space = index_space()

@@ -9,7 +9,8 @@
 - :func:`variants_from_config` reads the ``[ode]`` table: ``variants`` (closure names or names of
   ``[ode.custom.NAME]`` tables), ``kappa``/``scale`` defaults, ``ablate`` (applied to every listed variant that has
   the term), and custom tables with keys ``closure`` (a name or an expression for ``r_i``), ``kappa``, ``scale``,
-  ``ablate``, ``replace`` (table term → expression), ``params`` (table name → number), ``doc``.
+  ``ablate``, ``replace`` (table term → expression), ``params`` (table name → number), ``doc``, ``spread``; a
+  built-in closure name with the suffix ``+spread`` (``"lazy+spread"``) is that closure's spread-aware flow.
 
 User expressions use the names of :data:`featureode.ode.terms.NAMESPACE` (``f[b]``, ``D[b]``, ``B[b,i]``, ``g[i]``,
 ``gpow[b]``, ``c[b]``, ``r[i]``, ``gamma``, ``kappa``, ``sum_b(...)``, ``prod_i(...)``, …) plus declared params.
@@ -67,7 +68,8 @@ def closure_names() -> list[str]:
 
 def term_names() -> list[str]:
     """Every known term name: the core terms and each registered closure's term."""
-    return [t.name for t in ode.CORE_TERMS] + [c.term.name for c in CLOSURES.values() if c.term is not None]
+    return ([t.name for t in ode.CORE_TERMS] + [ode.SPREAD.name]
+            + [c.term.name for c in CLOSURES.values() if c.term is not None])
 
 
 def get_closure(name: str) -> Closure:
@@ -167,7 +169,9 @@ class Variant:
 
     ``kappa``: AGOP constant (``None``: the derived ``γ² c_1/Λ_1²``); ``scale``: include the ``⟨a²⟩`` factor;
     ``ablate``: term names removed; ``replace``: ``{term name: expression}``; ``params``: values of user
-    constants (override a closure's defaults); ``name``: label in outputs (default built from the above).
+    constants (override a closure's defaults); ``name``: label in outputs (default built from the above);
+    ``spread``: the spread-aware flow (:data:`featureode.ode.terms.SPREAD`) with the init spread at width
+    ``spread_width`` (``None``: the caller's config width, or infinite width without one).
     """
 
     closure: "str | Closure" = "lazy"
@@ -177,6 +181,8 @@ class Variant:
     replace: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, float] = field(default_factory=dict)
     name: str | None = None
+    spread: bool = False
+    spread_width: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.closure, Closure):
@@ -217,7 +223,7 @@ class Variant:
         """Name in outputs: ``name``, else closure + ``+scale`` + ``-no-TERM`` + ``-TERM-replaced``."""
         if self.name:
             return self.name
-        out = self.closure_obj.name + ("+scale" if self.scale else "")
+        out = self.closure_obj.name + ("+scale" if self.scale else "") + ("+spread" if self.spread else "")
         out += "".join(f"-no-{t}" for t in self.ablate)
         return out + "".join(f"-{t}-replaced" for t in self.replace)
 
@@ -232,6 +238,7 @@ class Variant:
         out = [closure.name] if closure is not None else []
         out += ["scale"] if self.scale else []
         out += [] if closure is not None and ode.is_eigen_law(closure) else ["eigen_growth"]
+        out += ["spread"] if self.spread else []
         out += ["kernel_flow"] + (["mode_coupling"] if basis == "extended" else [])
         return out + ["residual_integral"]
 
@@ -248,12 +255,12 @@ class Variant:
                     for n, e in self.replace.items()}
         try:
             return ode.build_system(self.closure_obj.term, scale=self.scale, basis=basis, removed=self.ablate,
-                                    replaced=replaced, params=params)
+                                    replaced=replaced, params=params, spread=self.spread)
         except ode.AssemblyError as exc:
             raise VariantError(f"variant {self.label!r}: {exc}") from None
 
 
-_TABLE_KEYS = ("closure", "kappa", "scale", "ablate", "replace", "params", "doc")
+_TABLE_KEYS = ("closure", "kappa", "scale", "ablate", "replace", "params", "doc", "spread")
 
 
 def _variant_from_table(name: str, table: Mapping[str, Any], kappa: float | None, scale: bool) -> Variant:
@@ -272,8 +279,11 @@ def _variant_from_table(name: str, table: Mapping[str, Any], kappa: float | None
         closure = make_closure(name, closure, params, table.get("doc", ""))
     return Variant(closure, kappa=table.get("kappa", kappa), scale=bool(table.get("scale", scale)),
                    ablate=tuple(table.get("ablate", ())), replace=dict(table.get("replace", {})), params=params,
-                   name=name)
+                   name=name, spread=bool(table.get("spread", False)))
 
+
+#: Suffix of a built-in closure name that asks for its spread-aware flow (``"lazy+spread"``, ``"second_order+spread"``).
+SPREAD_SUFFIX = "+spread"
 
 #: The variant name of :func:`featureode.ode.replay.replay` (driven by measurements; not an ODE closure).
 REPLAY = "replay"
@@ -299,9 +309,11 @@ def variants_from_config(cfg: Any, allow_replay: bool = False) -> list[Variant]:
             out.append(_variant_from_table(name, custom[name], cfg.kappa, cfg.scale))
         elif name in CLOSURES:
             out.append(Variant(name, kappa=cfg.kappa, scale=cfg.scale))
+        elif name.endswith(SPREAD_SUFFIX) and name[:-len(SPREAD_SUFFIX)] in CLOSURES:
+            out.append(Variant(name[:-len(SPREAD_SUFFIX)], kappa=cfg.kappa, scale=cfg.scale, spread=True))
         else:
             raise VariantError(f"[ode] variants: unknown variant {name!r}; valid: built-in closures "
-                               f"{', '.join(closure_names())}" + (f" or custom tables {', '.join(custom)}"
+                               f"{', '.join(closure_names())} (each also as NAME{SPREAD_SUFFIX})" + (f" or custom tables {', '.join(custom)}"
                                                                   if custom else ""))
     unused = [n for n in custom if n not in cfg.variants]
     if unused:

@@ -2,10 +2,12 @@
 measurements)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 from featureode.calculus.activations import get_activation
@@ -14,6 +16,7 @@ from featureode.sim.measure import (
     ChunkSums,
     GroupSums,
     Measurement,
+    SpreadSums,
     TestSet,
     finish_measurement,
     jackknife_groups,
@@ -115,8 +118,9 @@ class MeanFieldBatch:
     """
 
     def __init__(self, params: dict[str, torch.Tensor], gamma: Sequence[float], activation: str, compile: bool,
-                 batched: bool, chunk: int, parametrization: Parametrization):
+                 batched: bool, chunk: int, parametrization: Parametrization, spread: bool = False):
         self.params = params
+        self.spread = bool(spread)   # also measure ‖Kφ_β‖² (a second pass over the test set per measurement)
         w = params["w"]
         self.runs, self.width, self.dim = w.shape
         self.gamma = torch.tensor(list(gamma), dtype=torch.float64)
@@ -209,8 +213,32 @@ class MeanFieldBatch:
                 piece = GroupSums.of_chunk(part, h, x_sq, s_sq, slope_sq, real)
                 groups[g] = piece if groups[g] is None else groups[g] + piece
             p = self.params
-            return finish_measurement(total, [g for g in groups if g is not None], test.n, p["a"][run], p["w"][run],
-                                      p["a0"][run], kappa, support)
+            present = [g for g in groups if g is not None]
+            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support)
+            if not self.spread:
+                return m
+            second, second_se = self._second_moment(run, test, groups, n_chunks)
+            return dataclasses.replace(m, second_moment=second, second_moment_stderr=second_se)
+
+    def _second_moment(self, run: int, test: TestSet, groups: "list[GroupSums | None]",
+                       n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
+        """``‖Kφ_β‖²`` of every measured mode with its jackknife standard error: the second pass over the test set
+        of :class:`~featureode.sim.measure.SpreadSums` (two Jacobian–vector products per mode and chunk, and the two
+        vector–Jacobian products of its jackknife), after :meth:`measure`'s first pass gave the group sums
+        ``groups``. Eager; reads the parameters only (no random numbers, no training state)."""
+        p = self.params
+        w, b, a = p["w"][run], p["b"][run], p["a"][run]
+        kappa = self.kappa[run]
+        index = [c for c, g in enumerate(groups) if g is not None]
+        position = {c: k for k, c in enumerate(index)}
+        acc = SpreadSums([groups[c] for c in index], a, kappa)
+        a2 = a * a
+        for c, (x, _, h, x_sq, weight) in enumerate(test.chunks()):
+            u = torch.addmm(b, x, w.T)                                       # (C, N)
+            s, ds = torch.func.jvp(self.act, (u,), (torch.ones_like(u),))
+            theta = ((s * s).sum(1) + (x_sq + 1) * ((ds * ds) @ a2)).double() * kappa
+            acc.add(position[c * len(groups) // n_chunks], s, ds, x, h, theta, weight)
+        return acc.finish()
 
     def ntk_top(self, run: int, probe: torch.Tensor) -> float:
         """Top eigenvalue of the empirical NTK ``q J Jᵀ / P`` of one run on the probe inputs (P, d), with ``J`` the

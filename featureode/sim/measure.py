@@ -21,6 +21,15 @@ All quantities are estimated on a fixed, seeded test set ``{x_p}``, ``p = 1…n`
   ``σσ'``), ``weights`` (``∂/∂w``: ``a² σ'σ' x·x'``) and ``bias`` (``∂/∂b``: ``a² σ'σ'``); they sum to ``λ_β``;
 * the eNTK Gram ``K_{αβ} = E[h_α Θ h_β]`` on the measured modes, the same U-statistic with ``g_p^α·g_q^β``
   (its diagonal is ``λ``);
+* the second moment of the spectral measure of each mode, ``‖Kφ_β‖² = E_x[(Kφ_β)(x)²]`` with
+  ``(Kφ_β)(x) = E_{x'}[Θ(x, x') h_β(x')] = q ∇_θ f(x)·∇_θ E_{x'}[h_β f]`` (:class:`SpreadSums`; its variance
+  ``‖Kφ_β‖² − λ_β²`` is the spread of ``φ_β`` over the kernel's eigen-directions), by a half-split estimator
+  without finite-sample bias: the jackknife groups are split into the even ones ``E`` and the odd ones ``O``; at
+  every test sample ``p`` two Jacobian–vector products give ``a_p`` (``(Kφ_β)(x_p)`` estimated from the samples of
+  ``E`` other than ``p``) and ``b_p`` (the same from ``O``), independent given ``x_p``, and
+  ``‖Kφ_β‖²^ = mean_p a_p b_p``; its delete-a-group jackknife is exact (deleting a group changes one of the two
+  directions; the change is a dot product with the vector–Jacobian products ``Σ_p b_p ∇_θ f(x_p)`` and
+  ``Σ_p a_p ∇_θ f(x_p)`` accumulated per group);
 * standard errors of ``λ_β`` and of each part: the delete-a-group jackknife over up to :data:`JACKKNIFE_GROUPS`
   groups of test chunks (:func:`jackknife_groups`), ``se² = (G−1)/G Σ_j (λ̂_(−j) − mean_j λ̂_(−j))²`` with ``λ̂_(−j)`` the U-statistic without group
   ``j`` (test-set noise only, at the current parameters).
@@ -188,6 +197,8 @@ class Measurement:
     gram: np.ndarray
     a2: float
     joint: np.ndarray
+    second_moment: np.ndarray | None = None
+    second_moment_stderr: np.ndarray | None = None
 
 
 def finish_measurement(sums: ChunkSums, groups: Sequence[GroupSums], n: int, a: torch.Tensor, w: torch.Tensor,
@@ -226,3 +237,122 @@ def finish_measurement(sums: ChunkSums, groups: Sequence[GroupSums], n: int, a: 
     return Measurement(float(0.5 * s["sq_residual"] / n), f.cpu().numpy(), (var / n).sqrt().cpu().numpy(),
                        lam.cpu().numpy(), growth.cpu().numpy(), lam_se.cpu().numpy(), parts.cpu().numpy(),
                        parts_se.cpu().numpy(), gram.cpu().numpy(), float(a2.mean()) / a0_sq, joint.cpu().numpy())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the second moment ‖Kφ_β‖² of the spectral measure (half-split estimator, exact delete-a-group jackknife)
+# ----------------------------------------------------------------------------------------------------------------
+def _dot(hs: torch.Tensor, hd: torch.Tensor, hdx: torch.Tensor, R: torch.Tensor, Dd: torch.Tensor, Dx: torch.Tensor,
+         a2: torch.Tensor) -> torch.Tensor:
+    """Per mode, the parameter-space inner product of a direction given by its sums ``(hs, hd, hdx)`` (readout
+    ``Σ h σ_k``, bias ``Σ h σ'_k``, weights ``Σ h σ'_k x``; the ``a_k`` factors of the gradient are in ``a2``) with a
+    vector given the same way by ``(R, Dd, Dx)``: ``Σ_k hs R + a_k² (hd Dd + hdx·Dx)``, shape (M,)."""
+    return (hs * R).sum(1) + (a2 * (hd * Dd + (hdx * Dx).sum(2))).sum(1)
+
+
+class SpreadSums:
+    """Accumulates the half-split estimate of ``‖Kφ_β‖²`` over the test chunks of one measurement (module
+    docstring), given the first pass's per-group sums (:class:`GroupSums`; ``group_of`` maps a group index to its
+    position, groups ``c`` with ``c % 2 = 0`` forming ``E``).
+
+    Per chunk of group ``c`` (:meth:`add`): ``a_p = (κ ∇f_p·S_E − [c ∈ E] h_p Θ(x_p, x_p)) / (n_E − [c ∈ E])``
+    and ``b_p`` likewise with ``O`` (``S_H = Σ_{p ∈ H} h_p ∇f_p``, the first pass's sums); ``Q_c += Σ_p a_p b_p``;
+    the vector–Jacobian products ``Σ_p a_p ∇f_p`` and ``Σ_p b_p ∇f_p`` are added to the totals of ``c``'s half, and
+    the one the jackknife needs for ``c`` (``b`` for ``c ∈ E``, ``a`` for ``c ∈ O``) to ``c``'s own."""
+
+    def __init__(self, groups: Sequence[GroupSums], a: torch.Tensor, kappa: float):
+        self.groups = list(groups)
+        self.kappa = float(kappa)
+        self.a2 = a.double() ** 2
+        G = len(self.groups)
+        self.ok = G >= 2
+        m, n_w, d = self.groups[0].hdx.shape
+        self.n_half = [sum(g.n for c, g in enumerate(self.groups) if c % 2 == e) for e in (0, 1)]
+
+        def total(e: int, name: str) -> torch.Tensor:
+            parts = [getattr(g, name) for c, g in enumerate(self.groups) if c % 2 == e]
+            return sum(parts[1:], parts[0]) if parts else torch.zeros_like(getattr(self.groups[0], name))
+
+        # directions of the two halves, stacked (2M, …): E first, then O
+        self.hs = torch.cat([total(0, "hs"), total(1, "hs")]) if self.ok else None
+        self.hd = torch.cat([total(0, "hd"), total(1, "hd")]) if self.ok else None
+        self.hdx = torch.cat([total(0, "hdx"), total(1, "hdx")]) if self.ok else None
+        zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device=a.device)  # noqa: E731
+        self.Q = zeros(G, m)
+        # VJP totals per half e and per variable (0: a, 1: b): R (M, N), Dd (M, N), Dx (M, N, d)
+        self.W = {(e, y): [zeros(m, n_w), zeros(m, n_w), zeros(m, n_w, d)] for e in (0, 1) for y in (0, 1)}
+        self.own = [[zeros(m, n_w), zeros(m, n_w), zeros(m, n_w, d)] for _ in range(G)]
+        self.m = m
+
+    def _directions(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The stacked half directions ``(hs, hd, hdx)`` (hdx flattened to (2M, N·d)) in ``dtype``, cast once."""
+        cached = getattr(self, "_dirs", None)
+        if cached is None or cached[0].dtype != dtype:
+            cached = self._dirs = (self.hs.to(dtype), self.hd.to(dtype), self.hdx.reshape(2 * self.m, -1).to(dtype))
+        return cached
+
+    def add(self, c: int, s: torch.Tensor, ds: torch.Tensor, x: torch.Tensor, h: torch.Tensor, theta: torch.Tensor,
+            weight: torch.Tensor) -> None:
+        """One chunk of group ``c``: ``s = σ(u)``, ``ds = σ'(u)`` (C, N), inputs ``x`` (C, d), mode values ``h``
+        (C, M), ``theta = Θ(x_p, x_p)`` and ``weight`` (C,)."""
+        if not self.ok:
+            return
+        low = s.dtype                                                      # the run's dtype for the big products
+        m, e = self.m, c % 2
+        C, n_w = s.shape
+        d = x.shape[1]
+        dirs = self._directions(low)
+        ad = ds * self.a2.to(low)                                          # a_k² σ'_k
+        u = s @ dirs[0].T + ad @ dirs[1].T
+        u = u + (ad.unsqueeze(2) * x.unsqueeze(1)).reshape(C, -1) @ dirs[2].T
+        u = u.double() * self.kappa                                        # (C, 2M): κ ∇f_p·S_E, κ ∇f_p·S_O
+        h, theta, w = h.double(), theta.double(), weight.double()
+        own = h * theta.unsqueeze(1)
+        ab = []
+        for half in (0, 1):
+            mine = 1 if half == e else 0
+            val = (u[:, half * m:(half + 1) * m] - mine * own) / (self.n_half[half] - mine)
+            ab.append(val * w.unsqueeze(1))
+        a_val, b_val = ab
+        self.Q[c] += (a_val * b_val).sum(0)
+        y = torch.cat([a_val, b_val], dim=1)                               # (C, 2M)
+        scale = float(y.abs().max()) or 1.0                                # keep the low-precision products in range
+        yl = (y / scale).to(low)
+        R, Dd = (yl.T @ s).double() * scale, (yl.T @ ds).double() * scale
+        Dx = ((yl.unsqueeze(2) * x.unsqueeze(1)).reshape(C, -1).T @ ds).double().reshape(2 * m, d, n_w)
+        Dx = Dx.transpose(1, 2) * scale
+        for var in (0, 1):
+            sl = slice(var * m, (var + 1) * m)
+            for k, t in enumerate((R[sl], Dd[sl], Dx[sl])):
+                self.W[(e, var)][k] += t
+        keep = 1 if e == 0 else 0                                          # c ∈ E needs b, c ∈ O needs a
+        sl = slice(keep * m, (keep + 1) * m)
+        for k, t in enumerate((R[sl], Dd[sl], Dx[sl])):
+            self.own[c][k] += t
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """``‖Kφ_β‖²`` per mode and its delete-a-group jackknife standard error (NaN with fewer than 2 groups)."""
+        if not self.ok:
+            nan = np.full(self.groups[0].hs.shape[0], np.nan)
+            return nan, nan.copy()
+        n_c = [g.n for g in self.groups]
+        n = sum(n_c)
+        Qh = [sum(self.Q[c] for c in range(len(n_c)) if c % 2 == e) for e in (0, 1)]
+        est = (Qh[0] + Qh[1]) / n
+        left = []
+        for j, gj in enumerate(self.groups):
+            H = j % 2                       # the half whose direction loses group j
+            other = 1 - H
+            yvar = other                    # the variable of the other half (b for H = E, a for H = O)
+            nH = self.n_half[H]
+            wy_h = [t - o for t, o in zip(self.W[(H, yvar)], self.own[j])]
+            wy_o = self.W[(other, yvar)]
+            dot_h = _dot(gj.hs, gj.hd, gj.hdx, *wy_h, self.a2) * self.kappa
+            dot_o = _dot(gj.hs, gj.hd, gj.hdx, *wy_o, self.a2) * self.kappa
+            same = ((Qh[H] - self.Q[j]) * (nH - 1) - dot_h) / (nH - n_c[j] - 1)
+            cross = (Qh[other] * nH - dot_o) / (nH - n_c[j])
+            left.append((same + cross) / (n - n_c[j]))
+        left_t = torch.stack(left)
+        G = len(n_c)
+        se = ((G - 1) / G * ((left_t - left_t.mean(0)) ** 2).sum(0)).sqrt()
+        return est.cpu().numpy(), se.cpu().numpy()

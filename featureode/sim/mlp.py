@@ -123,8 +123,10 @@ class Simulation:
     :class:`~featureode.sim.schedule.DivergenceMonitor`, :class:`Recorder` and :class:`Checkpoint`."""
 
     def __init__(self, specs: Sequence[RunSpec], checkpoint: "str | Path | None", progress: bool,
-                 batched: bool | None = None):
-        """``batched``: step all runs in one set of batched matmuls (default: on CUDA), else run by run."""
+                 batched: bool | None = None, spread: bool = False):
+        """``batched``: step all runs in one set of batched matmuls (default: on CUDA), else run by run;
+        ``spread``: also measure the second moment ``‖Kφ_β‖²`` of every measured mode (a second pass over the test
+        set at each measurement; it changes neither the training nor any other measurement)."""
         self.specs = list(specs)
         _check_batch(self.specs)
         tr = self.specs[0].cfg.training
@@ -138,6 +140,7 @@ class Simulation:
         check_memory(self.specs, self.device, batched)
         self.net = MeanFieldBatch.initialize(self.specs, self.device, self.dtype, tr.compile, batched,
                                              self.batch if on_gpu else _even_chunk(self.batch, CPU_CHUNK))
+        self.net.spread = bool(spread)
         self.tests = [make_test_set(s.spectrum, s.target, s.modes, s.cfg.training.n_test, stream(s.cfg.training.seed,
                                     "test"), self.device, self.dtype, _measure_chunk(s.cfg.training.n_test, on_gpu))
                       for s in self.specs]
@@ -362,7 +365,8 @@ def _threads(n: int) -> Iterator[None]:
 # ----------------------------------------------------------------------------------------------------------------
 def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, resume: bool = False,
                    progress: bool = True, modes: "Sequence[Mode | str] | Sequence[Sequence[Mode | str]] | None" = None,
-                   run_dirs: "Sequence[str | Path] | None" = None, batched: bool | None = None) -> list[Trajectory]:
+                   run_dirs: "Sequence[str | Path] | None" = None, batched: bool | None = None,
+                   spread: bool = False) -> list[Trajectory]:
     """Simulate several runs together in one process; one :class:`~featureode.results.trajectory.Trajectory` (kind
     ``"mlp"``) per config.
 
@@ -374,7 +378,10 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
     (default ``out_dir/run_<i>``, or ``out_dir`` itself for a single run). ``resume`` continues from the checkpoint
     (a missing checkpoint starts afresh). ``batched``: all runs in one set of batched matmuls per step (default: only
     on CUDA; on a CPU run by run is faster). Raises :class:`DivergenceError` when a run diverges,
-    :class:`SimulationInterrupted` on Ctrl-C, :class:`MLPError` for a configuration that cannot run.
+    :class:`SimulationInterrupted` on Ctrl-C, :class:`MLPError` for a configuration that cannot run. ``spread``:
+    also record ``lambda_second_moment`` (``‖Kφ_β‖²`` of the eNTK for every measured mode) and its jackknife
+    ``lambda_second_moment_stderr`` (:class:`~featureode.sim.measure.SpreadSums`; measured: 2–4× the time of a
+    measurement without it, on a CPU; the training and every other measurement are unchanged).
     """
     if not cfgs:
         raise MLPError("simulate_batch needs at least one config")
@@ -386,7 +393,7 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
     if run_dirs is not None and len(run_dirs) != len(cfgs):
         raise MLPError(f"got {len(run_dirs)} run_dirs for {len(cfgs)} configs")
     with _threads(cfgs[0].training.threads):
-        sim = Simulation(specs, out / "checkpoint.pt" if out is not None else None, progress, batched)
+        sim = Simulation(specs, out / "checkpoint.pt" if out is not None else None, progress, batched, spread)
         if resume:
             sim.resume()
         sim.run()
@@ -397,12 +404,13 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
 
 
 def simulate_config(cfg: Config, out_dir: "str | Path | None" = None, resume: bool = False, progress: bool = True,
-                    modes: "Sequence[Mode | str] | None" = None) -> Trajectory:
+                    modes: "Sequence[Mode | str] | None" = None, spread: bool = False) -> Trajectory:
     """Simulate the MLP of one config (DESIGN §3, §6); writes ``out_dir/mlp.json``, ``mlp.npz`` and
     ``checkpoint.pt`` when ``out_dir`` is given. Returns the run's :class:`~featureode.results.trajectory.Trajectory`
     (kind ``"mlp"``): ``t``, ``loss`` (test loss), ``f``, ``f_stderr``, ``lam``, ``r``, ``in_support_loss``, ``t50``,
     ``t10``, ``status``; ``arrays``: ``loss_ratio``, ``eta``, ``lambda_top``, ``steps``, ``lambda_stderr``, ``a2``,
     ``joint``, ``gram``, ``lambda_parts/{readout,weights,bias}`` and their ``lambda_parts_stderr/…``; ``meta``:
     ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``,
-    ``joint_directions``, ``lambda_parts_estimator``."""
-    return simulate_batch([cfg], out_dir, resume=resume, progress=progress, modes=modes)[0]
+    ``joint_directions``, ``lambda_parts_estimator``; with ``spread``: ``lambda_second_moment`` and its stderr
+    (see :func:`simulate_batch`)."""
+    return simulate_batch([cfg], out_dir, resume=resume, progress=progress, modes=modes, spread=spread)[0]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -72,6 +73,9 @@ class Recorder:
     COLUMNS = ("t", "loss", "f", "f_stderr", "lambda", "lambda_stderr", "r", "eta", "lambda_top", "steps", "a2",
                "joint", "gram") + tuple(f"lambda_parts/{p}" for p in PARTS) + tuple(
                    f"lambda_parts_stderr/{p}" for p in PARTS)
+    #: Columns recorded only when the second moment ‖Kφ_β‖² is measured (``spread``); a checkpoint without them
+    #: restores them as NaN rows.
+    SPREAD_COLUMNS = ("lambda_second_moment", "lambda_second_moment_stderr")
 
     def __init__(self, spec: RunSpec):
         self.spec = spec
@@ -94,8 +98,16 @@ class Recorder:
         for k, p in enumerate(PARTS):
             row[f"lambda_parts/{p}"] = m.parts[k].tolist()
             row[f"lambda_parts_stderr/{p}"] = m.parts_stderr[k].tolist()
+        if m.second_moment is not None:
+            row["lambda_second_moment"] = m.second_moment.tolist()
+            row["lambda_second_moment_stderr"] = m.second_moment_stderr.tolist()
+        before = len(self)
         for key, val in row.items():
+            self.columns.setdefault(key, [[math.nan] * len(m.lam)] * before)
             self.columns[key].append(val)
+        for key in self.SPREAD_COLUMNS:   # a run measured with and without the spread keeps equal column lengths
+            if key in self.columns and key not in row:
+                self.columns[key].append([math.nan] * len(m.lam))
 
     def state(self) -> dict[str, list]:
         """The columns (for checkpoints)."""
@@ -104,6 +116,7 @@ class Recorder:
     def restore(self, columns: dict[str, list]) -> None:
         """Set the columns from :meth:`state`."""
         self.columns = {k: list(columns[k]) for k in self.COLUMNS}
+        self.columns.update({k: list(columns[k]) for k in self.SPREAD_COLUMNS if k in columns})
 
     def trajectory(self, clock: Schedule, meta: dict[str, Any]) -> Trajectory:
         """The run's :class:`~featureode.results.trajectory.Trajectory` (kind ``"mlp"``): DESIGN §6 fields, t50/t10 of the
@@ -119,10 +132,16 @@ class Recorder:
                   "joint": np.asarray(col["joint"], float).reshape(len(t), len(spec.support)),
                   "gram": np.asarray(col["gram"], float)}
         arrays.update({k: np.asarray(col[k], float) for k in self.COLUMNS if k.startswith("lambda_parts")})
+        arrays.update({k: np.asarray(col[k], float) for k in self.SPREAD_COLUMNS if k in col})
         meta = {**meta, "joint_directions": [f"z{i}" for i in spec.support],
                 "lambda_parts_estimator": "U-statistic per parameter group (readout ∂/∂a, weights ∂/∂w, bias ∂/∂b); "
                                           f"stderr: delete-a-group jackknife over up to {JACKKNIFE_GROUPS} groups "
                                           "of test chunks (test-set noise at fixed parameters)"}
+        if "lambda_second_moment" in col:
+            meta["lambda_second_moment_estimator"] = (
+                "‖Kφ_β‖² = E_x[(Kφ_β)(x)²] of the eNTK: half-split estimator (directions from the even and the odd "
+                "jackknife groups, each sample left out of its own), unbiased; stderr: exact delete-a-group "
+                "jackknife")
         return Trajectory("mlp", "mlp", tuple(str(m) for m in spec.modes), spec.v.copy(), t, loss, f=f,
                           lam=np.asarray(col["lambda"], float), r=np.asarray(col["r"], float),
                           in_support_loss=in_support_loss(f, spec.v), f_stderr=np.asarray(col["f_stderr"], float),
