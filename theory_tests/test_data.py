@@ -33,6 +33,24 @@ def test_power_law_default_form(dim: int, exponent: float, offset: float) -> Non
     np.testing.assert_allclose([float(v) for v in spec.exact], spec.g, rtol=1e-14)
 
 
+@pytest.mark.parametrize("dim, exponent, offset, normalize", [
+    (16, 1.5, 3.0, True), (16, 1.5001, 3.0, True), (8, 0.55, 1.7, True), (64, 2.0, 1.0, True),
+    (33, 1.0, 2.5, True), (7, 3.3, 0.1, True), (1, 0.8, 4.0, True), (20, 0.0, 3.0, True),
+    (12, 1.25, 0.75, False), (40, 2.718, 9.5, False)])
+def test_power_law_numbers_equal_the_exact_sympy_values(dim: int, exponent: float, offset: float,
+                                                        normalize: bool) -> None:
+    """``g`` is computed in NumPy, with no SymPy: it equals the exact SymPy form (rational exponent and offset,
+    evaluated at 30 digits) to 1e-12 relative (in practice to the last bit or two), and the exact form is built only
+    when it is read. (The exact form reads the offset 0.1 as 1/10, the floats as the double nearest to it: a few
+    ulps apart.)"""
+    spec = Spectrum._build_power_law(dim, exponent, offset, normalize)  # not the shared cached one
+    assert spec.exact_factory is not None  # nothing symbolic built yet
+    exact = np.array([float(sp.N(v, 30)) for v in spec.exact])
+    assert spec.exact_factory is None and len(spec.exact) == dim
+    np.testing.assert_allclose(spec.g, exact, rtol=1e-12, atol=0)
+    assert np.max(np.abs(spec.g / exact - 1)) < 2e-15
+
+
 def test_power_law_defaults_and_unnormalised() -> None:
     spec = Spectrum.power_law(16)
     raw = np.arange(3, 19, dtype=float) ** -1.5

@@ -243,3 +243,26 @@ def test_custom_closure_example_runs(tmp_path):
     assert set(out) == {"displacement", "exp_displacement"}
     assert out["exp_displacement"]["t10"] < out["displacement"]["t10"]
     assert "exp\\_displacement" in (tmp_path / "custom_closure.tex").read_text()
+
+
+def test_numpy_integrator_equals_the_compiled_one_and_a_compile_says_so_once(tmp_path, monkeypatch, capsys):
+    """``rodas4`` without numba (the same RODAS4 in NumPy, what a solve runs while the numba code is not cached)
+    against the compiled integrator, on a fresh cache: every output time, the crossing times and the work counters
+    agree (round-off apart); compiling prints one line on stderr naming the cache, and nothing once it is cached.
+    The full-size LU (a residual term whose Jacobian is not [[·, ·], [−I, 0]]) and the Schur-complement one both run."""
+    monkeypatch.setenv("FEATUREODE_CACHE_DIR", str(tmp_path))
+    theory = extended_theory("staircase(2)", 4)
+    for variant in (CLOSURES[2], CLOSURES[4]):
+        slow = solve_variant(theory, variant, 1e3, basis="extended", compile=False)
+        assert slow.meta["info"]["backend"] == "numpy" and capsys.readouterr().err == ""
+        fast = solve_variant(theory, variant, 1e3, basis="extended", compile=True)
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("featureode: compiling") and str(tmp_path) in err[0]
+        assert fast.meta["info"]["backend"] == "numba"
+        again = solve_variant(theory, variant, 1e3, basis="extended")  # default: numba, now that it is cached
+        assert again.meta["info"]["backend"] == "numba" and capsys.readouterr().err == ""
+        np.testing.assert_array_equal(slow.t, fast.t)
+        np.testing.assert_allclose(slow.f, fast.f, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(slow.loss, fast.loss, rtol=1e-9, atol=1e-15)
+        assert slow.t50 == pytest.approx(fast.t50, rel=1e-10) and slow.t10 == pytest.approx(fast.t10, rel=1e-10)
+        assert abs(slow.meta["info"]["nfev"] - fast.meta["info"]["nfev"]) <= 12  # the same steps, give or take one

@@ -41,7 +41,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from featureode.calculus.activations import ActivationError
 from featureode.calculus.hermite import Mode
 from featureode.kernel.initlaw import Gamma, QLaw
 from featureode.kernel.averagers import _finite_means, _mean_table

@@ -189,13 +189,13 @@ class _BroadcastPrinter(NumPyPrinter):
             ops, specs = [], []
             for spans, factors in groups.items():
                 spans = sorted(spans)
-                ops.append(f"numpy.broadcast_to({self._print(sp.Mul(*factors))}, {self._full(spans)})"
-                           f".reshape({self._compact(spans)})")
+                # the factors of a group span exactly its axes, so the product has their sizes: no broadcast
+                ops.append(f"({self._print(sp.Mul(*factors))}).reshape({self._compact(spans)})")
                 specs.append("".join(_LETTERS[k] for k in spans))
             kept = sorted(set().union(*map(set, groups)) - {ax})
             spec = ",".join(specs) + "->" + "".join(_LETTERS[k] for k in kept)
-            opt = ", optimize=True" if len(ops) > 2 else ""
-            out = f"numpy.einsum('{spec}', {', '.join(ops)}{opt}).reshape({self._full(kept)})"
+            # one contraction without a path search (einsum's optimizer costs ≈ 0.5 ms a call, more than the work)
+            out = f"numpy.einsum('{spec}', {', '.join(ops)}).reshape({self._full(kept)})"
         return out if scalar == 1 else f"({self._print(scalar)})*{out}"
 
     def _print_Sum(self, expr: sp.Sum) -> str:
@@ -270,8 +270,12 @@ def _numpy_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
         inverse = tuple(sorted(range(len(order)), key=lambda n: order[n]))
         shape = _tuple(_size_name(space, a.index[n]) for n in order)
 
+        spans = axes(expr, space, temps)
+
         def wrap(code: str) -> str:
-            out = f"numpy.broadcast_to({code}, {full}).reshape({shape})"
+            # broadcast only where the expression lacks an axis of the assignment (else it has every size already)
+            out = f"({code}).reshape({shape})" if set(a.index) <= set(spans) \
+                else f"numpy.broadcast_to({code}, {full}).reshape({shape})"
             return out if inverse == tuple(range(len(order))) else f"numpy.transpose({out}, {inverse})"
 
         emit(a.name, expr, wrap)
@@ -473,6 +477,57 @@ def generate_source(system: ode.System, backend: str = "numpy") -> str:
     return "\n".join(header + body).rstrip() + "\n"
 
 
+def _key(system: ode.System, backend: str) -> str:
+    version = BACKENDS.get(backend).version
+    return hashlib.sha256(f"{CODEGEN_VERSION}|{backend}|{version}|{system.key}".encode()).hexdigest()[:24]
+
+
+def _numba_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("numba")
+    except PackageNotFoundError:
+        return "none"
+
+
+def _ready_stamp(system: ode.System) -> Path:
+    """The file that says the numba machine code of ``system``'s integrator is in numba's cache (written after its
+    first compiled run, per numba version)."""
+    from featureode.core.cache import cache_dir
+
+    return cache_dir() / f"numba_{_key(system, 'numba')}.ready-{_numba_version()}"
+
+
+def numba_ready(system: ode.System) -> bool:
+    """Is the compiled RODAS4 integrator of ``system`` in the cache (so loading it takes ≈ 0.2 s, not a compile of
+    ≈ 10 s)? Checked without importing numba."""
+    return _ready_stamp(system).exists()
+
+
+_ANNOUNCED: set[str] = set()
+
+
+def announce_compile(system: ode.System, what: str) -> None:
+    """Say once per process, on stderr, that ``system``'s numba code is being compiled (and where it is kept), unless
+    it is already in the cache."""
+    from featureode.core.cache import cache_dir
+
+    key = _key(system, "numba")
+    if key in _ANNOUNCED or numba_ready(system):
+        return
+    _ANNOUNCED.add(key)
+    print(f"featureode: compiling {what} with numba (≈ 10 s, once; cached in {cache_dir()})", file=sys.stderr,
+          flush=True)
+
+
+def mark_numba_ready(system: ode.System) -> None:
+    """Record that ``system``'s compiled integrator has run (its machine code is now in numba's cache)."""
+    stamp = _ready_stamp(system)
+    if not stamp.exists():
+        stamp.write_text("")
+
+
 _LOADED: dict[tuple[str, str], Compiled] = {}
 
 
@@ -481,7 +536,7 @@ def compile_system(system: ode.System, backend: str = "numpy") -> Compiled:
     generated and written there. numba itself is imported only by the generated numba module."""
     printer = BACKENDS.get(backend)
     backend = printer.name
-    key = hashlib.sha256(f"{CODEGEN_VERSION}|{backend}|{printer.version}|{system.key}".encode()).hexdigest()[:24]
+    key = _key(system, backend)
     if (backend, key) in _LOADED:
         return _LOADED[(backend, key)]
     start = time.perf_counter()

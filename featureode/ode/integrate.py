@@ -29,6 +29,7 @@ the right-hand side without any Python in between, and its machine code is cache
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -344,6 +345,187 @@ def template_source() -> list[str]:
         lines += ["@numba.njit(cache=True, error_model='numpy')", *inspect.getsource(fn).rstrip().splitlines(), "",
                   ""]
     return lines
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the same integrator in NumPy (no compilation: for a solve whose numba code is not in the cache yet)
+# ----------------------------------------------------------------------------------------------------------------
+class _NumpyRodas:
+    """:func:`rodas` written with NumPy vector operations and LAPACK's LU (SciPy), step for step the same method:
+    the same stages, error norm, step-size control, output-time hits, events and failure checks, so its curves
+    equal the compiled ones to round-off (summation order). It runs Python per step (≈ 0.1–1 ms a step), so it
+    serves a few solves of a system whose numba code would first have to be compiled (seconds)."""
+
+    def __init__(self, rhs: Callable, jac: Callable, observe: Callable) -> None:
+        self.rhs, self.jac, self.observe = rhs, jac, observe
+
+    @staticmethod
+    def _factor(jacobian: np.ndarray, a: float, reduced: bool) -> Any:
+        """LAPACK ``getrf`` of ``G = a I − J`` (reduced: of its Schur complement, as :func:`_factor`); ``None``
+        if it is singular or non-finite."""
+        n = jacobian.shape[0]
+        if reduced:
+            m = n // 2
+            g = -jacobian[:m, :m] + jacobian[:m, m:] / a
+        else:
+            g = -jacobian
+        g[np.diag_indices_from(g)] += a
+        if not np.all(np.isfinite(g)):
+            return None
+        lu, piv, info = _lapack()[0](g, overwrite_a=True)
+        return None if info != 0 else (lu, piv)
+
+    @staticmethod
+    def _solve(jacobian: np.ndarray, a: float, reduced: bool, lu: Any, b: np.ndarray) -> np.ndarray:
+        """``G⁻¹ b`` from :meth:`_factor` (reduced: as :func:`_solve`)."""
+        getrs = _lapack()[1]
+        if not reduced:
+            return getrs(lu[0], lu[1], b)[0]
+        m = b.size // 2
+        xf = getrs(lu[0], lu[1], b[:m] + (jacobian[:m, m:] @ b[m:]) / a)[0]
+        return np.concatenate((xf, (b[m:] - xf) / a))
+
+    def step(self, y: np.ndarray, p: tuple, jacobian: np.ndarray, reduced: bool, h: float
+             ) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+        """One RODAS4 step (as :func:`_rodas_step`): ``(n_rhs, y_new, stages)``, ``(−1, None, None)`` when ``G`` is
+        singular or a value is non-finite."""
+        a = 1.0 / (GAMMA * h)
+        lu = self._factor(jacobian, a, reduced)
+        if lu is None:
+            return -1, None, None
+        ks = np.empty((6, y.size))
+        with np.errstate(all="ignore"):
+            for k in range(6):
+                ystage = y + A[k, :k] @ ks[:k] if k else y.copy()
+                fk = np.asarray(self.rhs(ystage, *p), dtype=float)
+                if k:
+                    fk = fk + (C[k, :k] / h) @ ks[:k]
+                ks[k] = self._solve(jacobian, a, reduced, lu, fk)
+            ynew = y + M @ ks
+        if not (np.all(np.isfinite(ynew)) and np.all(np.isfinite(ks[5]))):
+            return -1, None, None
+        return 6, ynew, ks
+
+    def __call__(self, y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a=None, coef_c=None,  # noqa
+                 coef_m=None, gamma=None):
+        """Same arguments and result as :func:`rodas` (the coefficients are this module's)."""
+        n, n_eval, d, m = y0.size, t_eval.size, p[0].shape[1], v.size
+        out_y, out_r = np.full((n_eval, n), np.nan), np.full((n_eval, d), np.nan)
+        out_s, out_lam = np.full(n_eval, np.nan), np.full((n_eval, m), np.nan)
+        t_events = np.full(levels.size, np.nan)
+        vv = float(np.sum(v**2))
+
+        def loss(y: np.ndarray) -> float:
+            return float(np.sum((v - y[:m]) ** 2)) / vv
+
+        y = y0.copy()
+        n_rhs = n_jac = n_steps = n_rej = 0
+        r0, s0, lam0 = self.observe(y, *p)
+        out_y[0], out_r[0], out_s[0], out_lam[0] = y, r0, s0, lam0
+        k_out, t = 1, 0.0
+        h = 1e-6 * max(t_eval[n_eval - 1], 1.0) if n_eval > 1 else 0.0
+        status, component, rejected = 0, -1, False
+        loss_old = loss(y)
+        while k_out < n_eval:
+            if n_steps >= max_steps:
+                status = -3
+                break
+            t_next = t_eval[k_out]
+            h_ctrl = h
+            hit = t + 1.05 * h >= t_next
+            if hit:
+                h = t_next - t
+            with np.errstate(all="ignore"):
+                jacobian = np.asarray(self.jac(y, *p), dtype=float)
+            mm = n // 2
+            reduced = n % 2 == 0 and np.array_equal(jacobian[mm:], np.hstack((-np.eye(mm), np.zeros((mm, mm)))))
+            n_jac += 1
+            while True:
+                used, ynew, ks = self.step(y, p, jacobian, reduced, h)
+                n_steps += 1
+                err = np.inf
+                if used > 0:
+                    n_rhs += used
+                    scale = atol + rtol * np.maximum(np.abs(y), np.abs(ynew))
+                    err = float(np.sqrt(np.sum((ks[5] / scale) ** 2) / n))
+                if err <= 1.0:
+                    break
+                n_rej += 1
+                h *= max(0.2, 0.9 * err ** -0.25) if np.isfinite(err) else 0.1
+                hit, rejected = False, True
+                if t + h == t or h < 1e-300:
+                    status = -2
+                    break
+            if status != 0:
+                break
+            over = ~(np.abs(ynew) <= bound)
+            if over.any():
+                status, component = -1, int(np.argmax(over))
+                break
+            t_new = t_next if hit else t + h
+            loss_new = loss(ynew)
+            for e in range(levels.size):
+                if np.isnan(t_events[e]) and loss_old > levels[e] >= loss_new:
+                    lo, hi = 0.0, t_new - t
+                    g_lo, g_hi = loss_old - levels[e], loss_new - levels[e]
+                    side, tau = 0, hi
+                    for _ in range(100):
+                        tau = hi - g_hi * (hi - lo) / (g_hi - g_lo)
+                        if not lo < tau < hi:
+                            tau = 0.5 * (lo + hi)
+                        used, ytry, _ = self.step(y, p, jacobian, reduced, tau)
+                        if used < 0:
+                            break
+                        n_rhs += 6
+                        g = loss(ytry) - levels[e]
+                        if g > 0.0:
+                            lo, g_lo = tau, g
+                            if side == 1:
+                                g_hi *= 0.5
+                            side = 1
+                        else:
+                            hi, g_hi = tau, g
+                            if side == -1:
+                                g_lo *= 0.5
+                            side = -1
+                        if hi - lo <= 1e-14 * (t + hi) or g == 0.0:
+                            break
+                    t_events[e] = t + tau
+            fac = min(6.0, max(0.2, 0.9 * err ** -0.25)) if err > 0.0 else 6.0
+            if rejected:
+                fac = min(fac, 1.0)
+            h_taken = h
+            h = h_taken * fac
+            if hit and not rejected and h < h_ctrl:
+                h = h_ctrl
+            rejected = False
+            t = t_new
+            y = ynew
+            loss_old = loss_new
+            if hit:
+                r, s, lam = self.observe(y, *p)
+                out_y[k_out], out_r[k_out], out_s[k_out], out_lam[k_out] = y, r, s, lam
+                k_out += 1
+        return (out_y, out_r, out_s, out_lam, k_out, status, t, component, t_events,
+                np.array([n_rhs, n_jac, n_steps, n_rej]))
+
+
+_LAPACK: list = []
+
+
+def _lapack() -> tuple[Callable, Callable]:
+    """LAPACK's ``dgetrf``/``dgetrs`` (SciPy), looked up once (``scipy.linalg.lu_*`` check their inputs each call)."""
+    if not _LAPACK:
+        from scipy.linalg.lapack import dgetrf, dgetrs
+
+        _LAPACK.extend((dgetrf, dgetrs))
+    return _LAPACK[0], _LAPACK[1]
+
+
+def numpy_rodas(rhs: Callable, jac: Callable, observe: Callable) -> Callable:
+    """:func:`rodas` for a system's NumPy ``rhs``/``jac``/``observe`` (:class:`_NumpyRodas`), callable like the
+    compiled one (so :func:`run` takes either)."""
+    return _NumpyRodas(rhs, jac, observe)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 
 The state ``y = (f_β, D_β)`` starts at 0. Two kinds of integrator (``method``):
 
-- ``"rodas4"`` (default): the compiled RODAS4 Rosenbrock integrator of :mod:`featureode.ode.integrate`, with the exact
-  indexed Jacobian of :mod:`featureode.ode.compile`, compiled together with the system's numba code (one compile per
-  system, cached on disk), so no Python runs per step;
+- ``"rodas4"`` (default): the RODAS4 Rosenbrock integrator of :mod:`featureode.ode.integrate`, with the exact
+  indexed Jacobian of :mod:`featureode.ode.compile`: compiled together with the system's numba code (one compile of
+  ≈ 10 s per system, cached on disk; no Python runs per step) when that code is cached or a batch is large enough
+  to repay it, else the same integrator in NumPy (nothing to compile; equal curves to round-off);
 - any ``scipy.integrate.solve_ivp`` method (``"LSODA"``, ``"BDF"``, ``"Radau"``, ``"RK45"`` …): the reference
   backend, with the generated ``backend`` code (NumPy or numba) as right-hand side and the exact Jacobian for the
   implicit methods up to ``JACOBIAN_MAX_STATES`` states (finite differences beyond).
@@ -34,7 +35,7 @@ from featureode.core.errors import FeatureODEError
 from featureode.ode import integrate
 
 from featureode.ode import terms as ode
-from featureode.ode.compile import Compiled, compile_system
+from featureode.ode.compile import Compiled, announce_compile, compile_system, mark_numba_ready, numba_ready
 from featureode.results.metrics import in_support_loss, relative_loss
 from featureode.results.trajectory import ODEResult, Status, Trajectory
 from featureode.ode.variants import Variant, variants_from_config
@@ -45,6 +46,8 @@ SCIPY_METHODS = ("LSODA", "BDF", "Radau", "RK45", "RK23", "DOP853")   # solve_iv
 IMPLICIT_METHODS = ("LSODA", "BDF", "Radau")
 LEVELS = (0.5, 0.1)
 BLOWUP = 1e6          # blow-up bound on |y|, times (1 + t_max) max|v_β|
+#: solve_batch compiles the numba integrator (≈ 10 s per variant, once per machine) from this many configs on
+BATCH_COMPILE_MIN = 16
 
 
 class SolveError(FeatureODEError, RuntimeError):
@@ -196,15 +199,31 @@ def _spec(variant: Variant, basis: str) -> tuple:
             basis, variant.spread)
 
 
-def _built(variant: Variant, basis: str, backend: str) -> tuple[_BuiltVariant, ode.System, Compiled]:
-    """The variant's system for ``basis`` and its ``backend`` code, built and compiled once per process."""
+def _built(variant: Variant, basis: str, backend: "str | Callable[[ode.System], str]"
+           ) -> tuple[_BuiltVariant, ode.System, Compiled]:
+    """The variant's system for ``basis`` and its ``backend`` code (a name, or a function of the system that names
+    it), built and compiled once per process."""
     key = _spec(variant, basis)
     if key not in _BUILT:
         _BUILT[key] = (variant.system(basis), {})
     system, compiled = _BUILT[key]
+    backend = backend if isinstance(backend, str) else backend(system)
     if backend not in compiled:
         compiled[backend] = compile_system(system, backend)
     return _BuiltVariant(variant, system), system, compiled[backend]
+
+
+def _rodas_backend(compile: bool | None, label: str, basis: str) -> Callable[[ode.System], str]:
+    """Which code runs RODAS4 for a system: ``"numba"`` (the compiled integrator: ≈ 10 s to compile once, then
+    milliseconds a solve) when ``compile`` is True, or when ``compile`` is None and its machine code is already
+    cached; else ``"numpy"`` (the same integrator in NumPy, :func:`featureode.ode.integrate.numpy_rodas`: nothing to
+    compile, ≈ 0.1–1 s a solve). A compile announces itself on stderr."""
+    def choose(system: ode.System) -> str:
+        if compile is None and numba_ready(system) or compile:
+            announce_compile(system, f"the RODAS4 integrator of variant {label!r} ({basis} basis)")
+            return "numba"
+        return "numpy"
+    return choose
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -354,9 +373,19 @@ def _run_scipy(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: np.
     return _Run(sol.t[:keep], y, r, s, lam, t_events, stats, out)
 
 
+_NUMPY_RODAS: dict[str, Callable] = {}
+
+
+def _numpy_integrator(compiled: Compiled) -> Callable:
+    if compiled.key not in _NUMPY_RODAS:
+        _NUMPY_RODAS[compiled.key] = integrate.numpy_rodas(compiled.rhs, compiled.jac, compiled.observe)
+    return _NUMPY_RODAS[compiled.key]
+
+
 def _run_compiled(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: np.ndarray, bound: float, *,
                   rtol: float, atol: float) -> _Run:
-    res = integrate.run(compiled.rodas, inputs, t_eval, v, rtol=rtol, atol=atol, levels=LEVELS, bound=bound)
+    integrator = compiled.rodas if compiled.backend == "numba" else _numpy_integrator(compiled)
+    res = integrate.run(integrator, inputs, t_eval, v, rtol=rtol, atol=atol, levels=LEVELS, bound=bound)
     stats = {"jacobian": "exact", "nfev": res.n_rhs, "njev": res.n_jac, "steps": res.n_steps,
              "rejected": res.n_rejected, "solver_message": res.message}
     failure = None
@@ -381,7 +410,7 @@ SOLVE_DEFAULTS: dict[str, Any] = {"eigenvalues": "exact", "backend": "numpy", "m
 def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = None, eigenvalues: str | None = None,
                   *, basis: str | None = None, backend: str | None = None, method: str | None = None,
                   rtol: float | None = None, atol: float | None = None, n_points: int | None = None,
-                  t_min: float | None = None, jacobian: bool = True) -> Trajectory:
+                  t_min: float | None = None, jacobian: bool = True, compile: bool | None = None) -> Trajectory:
     """Integrate one variant on the modes of ``theory`` (a :class:`featureode.kernel.theory.KernelTheory`) up to ``t_max``.
 
     Every setting left out is the one the theory was built for: a theory from
@@ -394,8 +423,11 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = N
     ``variant``: a :class:`~featureode.ode.variants.Variant` or a closure name; ``eigenvalues``: ``exact`` or ``hea``
     ``λ_β(0)``; ``basis``: ``target`` (diagonal flow) or ``extended`` (uses ``theory.gram``); ``method``:
     ``rodas4`` (compiled, default) or a ``solve_ivp`` method; ``backend`` (``numpy`` or ``numba``): the right-hand
-    side code of the ``solve_ivp`` methods (``rodas4`` always runs numba code); ``rtol``/``atol``: tolerances;
-    ``jacobian=False`` lets a ``solve_ivp`` method estimate the Jacobian.
+    side code of the ``solve_ivp`` methods (``rodas4`` picks its own: ``compile``); ``rtol``/``atol``: tolerances;
+    ``jacobian=False`` lets a ``solve_ivp`` method estimate the Jacobian; ``compile`` (``rodas4``): run the numba
+    integrator, compiling it first if needed (True), or the same integrator in NumPy (False); ``None`` (default):
+    numba when its machine code is already cached, else NumPy (equal curves to round-off; see
+    :func:`_rodas_backend`).
 
     Returns a :class:`~featureode.results.trajectory.Trajectory` (``kind = "ode"``, ``name`` = the variant's label):
     ``loss = L/L(0)``, ``in_support_loss`` (on the modes with ``v_β ≠ 0``), ``f``, ``lam`` (``λ_β(t)``), ``r``,
@@ -444,8 +476,9 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = N
         raise ValueError(f"[ode] method {method!r} is unknown; valid: rodas4 (compiled, default) or a solve_ivp "
                          f"method: {', '.join(SCIPY_METHODS)}")
     compiled_method = method in COMPILED_METHODS
-    code = "numba" if compiled_method else backend
-    built, system, compiled = _built(variant, basis, code)
+    built, system, compiled = _built(variant, basis, _rodas_backend(compile, variant.label, basis)
+                                     if compiled_method else backend)
+    code = compiled.backend
     inputs, _ = system_inputs(theory, built, eigenvalues, basis)
     v = np.asarray(inputs[1], dtype=float)
     m = v.size
@@ -457,6 +490,8 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = N
     start = time.perf_counter()
     if compiled_method:
         out = _run_compiled(compiled, inputs, t_eval, v, bound, rtol=rtol, atol=atol)
+        if code == "numba":
+            mark_numba_ready(system)
     else:
         out = _run_scipy(compiled, inputs, t_eval, v, bound, method=method, rtol=rtol, atol=atol,
                          jacobian=jacobian)
@@ -489,7 +524,7 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = N
 # ----------------------------------------------------------------------------------------------------------------
 # configs
 # ----------------------------------------------------------------------------------------------------------------
-def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False) -> ODEResult:
+def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile: bool | None = None) -> ODEResult:
     o = cfg.ode
     t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
     variants: dict[str, Trajectory] = {}
@@ -499,7 +534,7 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False) -> ODER
         try:
             traj = solve_variant(theory, variant, cfg.training.t_max, o.eigenvalues, basis=o.basis,
                                  backend=o.backend, method=o.method, rtol=o.rtol, atol=o.atol, n_points=o.n_points,
-                                 t_min=t_min)
+                                 t_min=t_min, compile=compile)
         except SolveError as exc:
             traj = exc.trajectory
             if traj is None:
@@ -516,7 +551,7 @@ def _theory_for(cfg: Any) -> Any:
 
 
 def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = None, *,
-                 allow_replay: bool = False) -> ODEResult:
+                 allow_replay: bool = False, compile: bool | None = None) -> ODEResult:
     """Solve every variant of ``cfg.ode`` up to ``cfg.training.t_max`` on ``theory`` (a
     :class:`featureode.kernel.theory.KernelTheory` already built for ``cfg``; default: ``kernel.kernel_theory(cfg)``, with
     the Gram matrix on the extended basis).
@@ -525,21 +560,23 @@ def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = No
     (DESIGN §6 keys plus each variant's ``D``, ``r``, ``s``, ``info``). A variant that fails does not raise: its
     trajectory keeps the partial curve with ``status.error`` set (``result.errors`` lists them). The variant
     ``replay`` needs a simulation: it is a :class:`~featureode.ode.variants.VariantError` here unless ``allow_replay``
-    (a caller such as compare that adds :func:`featureode.ode.replay.replay` itself), which skips it.
+    (a caller such as compare that adds :func:`featureode.ode.replay.replay` itself), which skips it. ``compile``:
+    as in :func:`solve_variant` (default: the numba integrator when cached, else the NumPy one).
     """
     from featureode.config import Config
 
     if not isinstance(cfg, Config):
         raise SolveError(f"solve_config needs a Config, got {type(cfg).__name__} {cfg!r:.60}; load a file with "
                          "featureode.config.load_config(path)")
-    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay)
+    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay, compile)
     if out_dir is not None:
         result.save(out_dir)
     return result
 
 
 def solve_batch(cfgs: Sequence[Any], theories: "Sequence[Any] | None" = None,
-                out_dirs: "Sequence[str | Path | None] | None" = None) -> list[ODEResult]:
+                out_dirs: "Sequence[str | Path | None] | None" = None,
+                compile: bool | None = None) -> list[ODEResult]:
     """Solve many configs (the ``--ode-only`` sweep): ``result[k] = solve_config(cfgs[k], out_dirs[k],
     theories[k])``, faster.
 
@@ -548,12 +585,17 @@ def solve_batch(cfgs: Sequence[Any], theories: "Sequence[Any] | None" = None,
     per step, so the Python cost per config is the input assembly alone. ``theories``: kernel theories already
     built (e.g. by a batched kernel path), one per config; default ``kernel.kernel_theory`` per config.
     ``out_dirs``: where to write each config's ``ode.json``/``ode.npz`` (``None`` entries: not written). A failing
-    variant keeps its partial curve with ``status.error`` set, as in :func:`solve_config`.
+    variant keeps its partial curve with ``status.error`` set, as in :func:`solve_config`. ``compile``: as in
+    :func:`solve_variant`; ``None`` (default) compiles the numba integrator of each variant for a batch of at least
+    :data:`BATCH_COMPILE_MIN` configs (its ≈ 10 s are then repaid) and otherwise uses it only when it is cached.
     """
     cfgs = list(cfgs)
     if theories is not None and len(theories) != len(cfgs):
         raise ValueError(f"solve_batch: {len(theories)} theories for {len(cfgs)} configs")
     if out_dirs is not None and len(out_dirs) != len(cfgs):
         raise ValueError(f"solve_batch: {len(out_dirs)} output folders for {len(cfgs)} configs")
+    if compile is None and len(cfgs) >= BATCH_COMPILE_MIN:
+        compile = True
     return [solve_config(cfg, out_dirs[k] if out_dirs is not None else None,
-                         theories[k] if theories is not None else None) for k, cfg in enumerate(cfgs)]
+                         theories[k] if theories is not None else None, compile=compile)
+            for k, cfg in enumerate(cfgs)]
