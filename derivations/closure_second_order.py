@@ -27,7 +27,7 @@ from pathlib import Path
 import sympy as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's package, also when run as a script
-from featureode import ode  # noqa: E402
+from featureode.ode import terms as ode  # noqa: E402
 from featureode.export.latex import expr_latex  # noqa: E402
 
 a, w0, w1, b = sp.symbols("a w0 w1 b", real=True)
@@ -150,15 +150,21 @@ def main(argv: list[str] | None = None) -> int:
                r"Linear activation: $S_{z_0 z_0} = 2 g_0$, $S_{z_1 z_0} = g_0$ (first-order displacement: "
                r"$c_1 g_0 = g_0$)." "\n")
 
-    print("Step 5: the package's Monte Carlo constants against the closed form (quadratic σ = u + u²/2)")
+    print("Step 5: the package's constants against the closed form (quadratic σ = u + u²/2): the deterministic "
+          "quadrature (featureode.kernel.second_order) to 1e-8, the Monte Carlo oracle (second_order_mc) within 4 s.e.")
     from featureode.kernel.second_order import second_order_constants
+    from featureode.kernel.second_order_mc import second_order_constants as mc_constants
     gv, sbv = (0.6, 0.4), 0.5
     vals = {g0: gv[0], g1: gv[1], sb: sbv, s1: 1, s2: 1}
-    so = second_order_constants(["z0", "z1"], gv, "u + u**2/2", sbv, drivers=[0], n_neurons=args.mc_neurons)
+    det = second_order_constants(["z0", "z1"], gv, "u + u**2/2", sbv, drivers=[0])
+    so = mc_constants(["z0", "z1"], gv, "u + u**2/2", sbv, drivers=[0], n_neurons=args.mc_neurons)
     for row, beta in enumerate(("z0", "z1")):
         exact = float(S[(beta, "z0")].subs(vals))
         mc, err = so.S[row, 0], so.S_stderr[row, 0]
-        print(f"  S[{beta},z0]: closed form {exact:.5f}, Monte Carlo {mc:.5f} ± {err:.5f}")
+        print(f"  S[{beta},z0]: closed form {exact:.8f}, quadrature {det.S[row, 0]:.8f}, "
+              f"Monte Carlo {mc:.5f} ± {err:.5f}")
+        check(abs(det.S[row, 0] - exact) <= 1e-8 * max(1.0, abs(exact)),
+              f"deterministic S[{beta},z0] equals the closed form to 1e-8")
         check(abs(mc - exact) < 4 * err + 1e-6, f"Monte Carlo S[{beta},z0] within 4 standard errors of the "
                                                  "closed form")
 
@@ -189,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     tex.append(r"\section*{The closure terms (featureode.ode.terms)}" "\n"
                r"\texttt{second\_order\_growth}: $\rho_\beta = " + expr_latex(ode.SECOND_ORDER_GROWTH.body)
                + "$\n\n" r"\texttt{resummed\_growth}: $\rho_\beta = " + expr_latex(ode.RESUMMED_GROWTH.body)
-               + r"$ with $q = \gamma^2$ (meanfield) and $\bar S_\alpha = \max(S_{\alpha\alpha}, 10^{-30})$." "\n")
+               + r"$ with $q = \gamma^2$ (meanfield), $\bar S_\alpha = \max(S_{\alpha\alpha}, 10^{-30})$, "
+               r"$S_{\beta\alpha} = U_{\beta\alpha\alpha} + V_{\beta\alpha}$ (the positive laws: "
+               r"docs/theory/well\_posedness.md)." "\n")
     doc = "\n".join([r"\documentclass[11pt]{article}", r"\usepackage[margin=2cm]{geometry}",
                      r"\usepackage{amsmath,amssymb}", r"\begin{document}",
                      r"\section*{Second-order closures: derivation}", *tex, r"\end{document}", ""])

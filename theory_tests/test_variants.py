@@ -137,7 +137,7 @@ def test_eigenvalue_laws_replace_eigen_growth_and_keep_r_at_one():
         assert "eigen_growth" not in v.term_names() and f"{name}_growth" in v.term_names()
         system = v.system()
         assert system.assignment("r").expr == 1
-        assert system.assignment("rho").expr.has(ode.S)
+        assert system.assignment("rho").expr.has(ode.U) and system.assignment("rho").expr.has(ode.V)
         assert tex_text(f"{name}_growth") in system_latex(system)
         assert expr_latex(ode.SECOND_ORDER_GROWTH.body) in system_latex(Variant("second_order").system())
 
