@@ -62,7 +62,7 @@ def test_compiled_laws_are_nonnegative_for_any_residuals(seed):
         S = np.einsum("baa->ba", U) + V
         inputs = {"B": np.eye(M), "v": np.ones(M), "lam0": np.ones(M), "g": np.ones(M), "gpow": np.ones(M),
                   "c": np.ones(M), "K": np.zeros((0, 0)), "S": S, "Sd": np.maximum(np.diag(S), 1e-30), "U": U,
-                  "V": V, "gamma": 0.5, "kappa": 0.1, "q": 0.25}
+                  "V": V, "sv": np.zeros(0), "gamma": 0.5, "kappa": 0.1, "q": 0.25}
         for scale in (0.1, 1.0, 10.0, 30.0):
             y = np.concatenate([np.zeros(M), scale * rng.standard_normal(M)])
             lam = comp.observe(y, *[inputs[k] for k in system.inputs])[2]
