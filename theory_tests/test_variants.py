@@ -174,9 +174,10 @@ def test_parts_of_the_second_order_growth_sum_to_it_and_follow_the_closure():
     parts = predicted_parts(lin, D, q=0.25, resummed=True)
     exact = np.cosh(2 * 0.5 * math.sqrt(G3[0]) * D[:, 0])
     np.testing.assert_allclose(parts["readout"][:, 0] + parts["weights"][:, 0], lin.lambda0[0] * exact, rtol=1e-6)
-    # the solved ρ_β is the positive law (1 + q/2 Σ V D²)² + q DᵀU D with the deterministic constants
+    # the solved ρ_β is the positive law (1 + q/2 Σ V D²)² + q Σ_α U_ββαα D_α² with the deterministic constants
+    # (cross terms of two drivers dropped: here z0 and z0*z1 differ in parity, so they vanish anyway)
     sol = solve_variant(theory, "second_order", 100.0)
     ex = exact_constants(theory.modes, theory.g, "relu", 0.5, drivers=[0, 1])
     D, q = sol.get("D"), theory.gamma**2
-    rho = (1 + q / 2 * (D**2) @ ex.V.T) ** 2 + q * np.einsum("tа,bac,tc->tb".replace("а", "a"), D, ex.U, D)
+    rho = (1 + q / 2 * (D**2) @ ex.V.T) ** 2 + q * (D**2) @ np.einsum("baa->ba", ex.U).T
     np.testing.assert_allclose(sol.lam / sol.lam[0], rho, rtol=1e-8)

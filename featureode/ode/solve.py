@@ -151,7 +151,27 @@ _SECOND_ORDER: dict = {}
 def _second_order_inputs(theory: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``S_{βα}``, ``Sd_α = max(S_{αα}, 1e-30)``, ``U_{βαδ}`` and ``V_{βα}`` (:func:`second_order_of`)."""
     so = second_order_of(theory)[1]
-    return so.S, np.maximum(np.diag(so.S), 1e-30), so.U, so.V
+    return so.S, np.maximum(np.diag(so.S), 1e-30), _diagonal_drivers(so.U), so.V
+
+
+def _diagonal_drivers(U: np.ndarray) -> np.ndarray:
+    """``U_{βαδ}`` with the cross terms ``α ≠ δ`` dropped and each ``U_{βαα} = E|u_1^α|²/λ_β`` kept at ≥ 0.
+
+    The cross terms of two drivers of the same parity (``z0`` and ``h3(z0)``) come with a mixed second-order term
+    ``E[u_0·u_2^{αδ}]`` that the law does not carry (and the flows of two drivers do not commute), so keeping
+    ``U_{βαδ}`` alone would make the law agree with neither the exact second order nor the single-driver constants
+    ``S``; without them ``ρ_β`` agrees with ``1 + q Σ_α S_{βα} D_α²`` to ``O(D²)`` (the cross terms of drivers of
+    different parity vanish by the sign symmetry ``ŵ_i → −ŵ_i`` anyway). Each ``U_{βαα}`` is a mean of squares;
+    a quadrature round-off below 0 is set to 0 so that ``ρ_β`` stays a sum of non-negative terms in floating point.
+    """
+    U = np.asarray(U, dtype=float)
+    if U.size == 0:
+        return U
+    diag = np.einsum("baa->ba", U)
+    out = np.zeros_like(U)
+    idx = np.arange(U.shape[1])
+    out[:, idx, idx] = np.maximum(diag, 0.0)
+    return out
 
 
 def _spread_inputs(theory: Any, width: "int | None") -> np.ndarray:
