@@ -43,7 +43,7 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
         xt = x.transpose(1, 2)
         u = torch.baddbmm(b.unsqueeze(2), w, xt)
         u0 = torch.baddbmm(b0.unsqueeze(2), w0, xt)
-        s, ds = torch.func.jvp(act, (u,), (torch.ones_like(u),))
+        s, ds = torch.func.jvp(act, (u,), (torch.ones_like(u),))  # type: ignore[misc]  # jvp returns (output, tangent); torch's stub is wider
         return s, ds, act(u0)
 
     def output(s: torch.Tensor, s0: torch.Tensor, a: torch.Tensor, a0: torch.Tensor,
@@ -176,6 +176,7 @@ class MeanFieldBatch:
         for lo in range(0, batch, self.chunk):
             part = self._grads(*p, x[:, lo:lo + self.chunk], y[:, lo:lo + self.chunk], scale)
             total = part if total is None else tuple(u + v for u, v in zip(total, part))
+        assert total is not None  # the batch holds at least one chunk
         grad_w, grad_b, grad_a, sq = total
         coef = (torch.tensor(list(lr), dtype=torch.float64) * self.step_factor[runs] / batch).to(x).unsqueeze(1)
         p[0].sub_(coef.unsqueeze(-1) * grad_w)
@@ -211,7 +212,8 @@ class MeanFieldBatch:
                     total += part
                 g, real = c * n_groups // n_chunks, int(weight.sum())
                 piece = GroupSums.of_chunk(part, h, x_sq, s_sq, slope_sq, real)
-                groups[g] = piece if groups[g] is None else groups[g] + piece
+                prev = groups[g]
+                groups[g] = piece if prev is None else prev + piece
             p = self.params
             present = [g for g in groups if g is not None]
             m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support)

@@ -48,6 +48,7 @@ class Checkpoint:
         """The saved state, after checking version, config digests and mode lists; raises :class:`MLPError` with the
         fix for a damaged, foreign or outdated file."""
         path = self.path
+        assert path is not None  # load is called only for a recorder with a checkpoint file
         try:
             st = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(st, dict):

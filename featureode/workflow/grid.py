@@ -178,7 +178,7 @@ class Grid:
         """The run-folder name of a point: the template filled from its config ``raw`` (needed only then), else the
         varied values."""
         if self.name_template is not None:
-            return re.sub(r"\{([^}]*)\}", lambda m: slug(raw[m.group(1).split(".")[0]][m.group(1).split(".")[1]]),
+            return re.sub(r"\{([^}]*)\}", lambda m: slug(raw[m.group(1).split(".")[0]][m.group(1).split(".")[1]]),  # type: ignore[index]  # raw is built whenever there is a template
                           self.name_template)
         if not values:
             return "base"

@@ -252,7 +252,7 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
     bar = fig.colorbar(im, ax=ax, shrink=0.9)
     bar.set_label(label(metric))
     if ratio:
-        fine = (0.9, 1.1) if norm.vmax < 1.6 else ()
+        fine = (0.9, 1.1) if norm.vmax < 1.6 else ()  # type: ignore[operator]  # the norm is built with both limits
         ticks = [t for t in (0.25, 0.5, 0.67, 0.8, *fine, 1.0, 1.25, 1.5, 2.0, 4.0) if norm.vmin <= t <= norm.vmax]
         bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
         bar.minorticks_off()
