@@ -317,7 +317,7 @@ class Activation:
             while j > 0 and self.derivative_expr(j).has(sp.DiracDelta):
                 j -= 1
             dj = sp.lambdify(U, _stable(self.derivative_expr(j)), modules=[_numpy_namespace(), "scipy", "numpy"])
-            fn = composite_mean(dj, k - j, kinks, nodes, self.exp_rate)
+            fn = composite_mean(dj, k - j, kinks, nodes, self.exp_rate)  # type: ignore[assignment]  # both take (b, s); the table holds either kind
         table[key] = fn
         return fn
 

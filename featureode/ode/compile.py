@@ -187,8 +187,8 @@ class _BroadcastPrinter(NumPyPrinter):
             out = f"numpy.sum({self._print(sp.Mul(*next(iter(groups.values()))))}, axis={ax}, keepdims=True)"
         else:
             ops, specs = [], []
-            for spans, factors in groups.items():
-                spans = sorted(spans)
+            for span_set, factors in groups.items():
+                spans = sorted(span_set)
                 # the factors of a group span exactly its axes, so the product has their sizes: no broadcast
                 ops.append(f"({self._print(sp.Mul(*factors))}).reshape({self._compact(spans)})")
                 specs.append("".join(_LETTERS[k] for k in spans))

@@ -390,7 +390,7 @@ def _numpy_integrator(compiled: Compiled) -> Callable:
 def _run_compiled(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: np.ndarray, bound: float, *,
                   rtol: float, atol: float) -> _Run:
     integrator = compiled.rodas if compiled.backend == "numba" else _numpy_integrator(compiled)
-    res = integrate.run(integrator, inputs, t_eval, v, rtol=rtol, atol=atol, levels=LEVELS, bound=bound)
+    res = integrate.run(integrator, inputs, t_eval, v, rtol=rtol, atol=atol, levels=LEVELS, bound=bound)  # type: ignore[arg-type]  # the numba backend always compiles the integrator
     stats = {"jacobian": "exact", "nfev": res.n_rhs, "njev": res.n_jac, "steps": res.n_steps,
              "rejected": res.n_rejected, "solver_message": res.message}
     failure = None
@@ -484,7 +484,7 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = N
     built, system, compiled = _built(variant, basis, _rodas_backend(compile, variant.label, basis)
                                      if compiled_method else backend)
     code = compiled.backend
-    inputs, _ = system_inputs(theory, built, eigenvalues, basis)
+    inputs, _ = system_inputs(theory, built, eigenvalues, basis)  # type: ignore[arg-type]  # a _BuiltVariant is its Variant with the system cached
     v = np.asarray(inputs[1], dtype=float)
     m = v.size
     if not np.any(v):

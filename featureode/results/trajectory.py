@@ -157,6 +157,7 @@ class Trajectory:
             if arr.shape[:1] != (n,) or arr.ndim > 2:
                 continue
             if arr.ndim == 1:
+                comps: list[str | None]
                 comps, arr = [None], arr[:, None]
             elif key != "r" and arr.shape[1] == len(self.modes):
                 comps = list(self.modes)

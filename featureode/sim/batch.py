@@ -216,7 +216,7 @@ class MeanFieldBatch:
                 groups[g] = piece if prev is None else prev + piece
             p = self.params
             present = [g for g in groups if g is not None]
-            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support)
+            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support)  # type: ignore[arg-type]  # the test set holds at least one chunk
             if not self.spread:
                 return m
             second, second_se = self._second_moment(run, test, groups, n_chunks)
@@ -233,11 +233,11 @@ class MeanFieldBatch:
         kappa = self.kappa[run]
         index = [c for c, g in enumerate(groups) if g is not None]
         position = {c: k for k, c in enumerate(index)}
-        acc = SpreadSums([groups[c] for c in index], a, kappa)
+        acc = SpreadSums([groups[c] for c in index], a, kappa)  # type: ignore[misc]  # index holds the groups that are not None
         a2 = a * a
         for c, (x, _, h, x_sq, weight) in enumerate(test.chunks()):
             u = torch.addmm(b, x, w.T)                                       # (C, N)
-            s, ds = torch.func.jvp(self.act, (u,), (torch.ones_like(u),))
+            s, ds = torch.func.jvp(self.act, (u,), (torch.ones_like(u),))  # type: ignore[misc]  # jvp returns (output, tangent); torch's stub is wider
             theta = ((s * s).sum(1) + (x_sq + 1) * ((ds * ds) @ a2)).double() * kappa
             acc.add(position[c * len(groups) // n_chunks], s, ds, x, h, theta, weight)
         return acc.finish()

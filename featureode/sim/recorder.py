@@ -101,7 +101,7 @@ class Recorder:
             row[f"lambda_parts_stderr/{p}"] = m.parts_stderr[k].tolist()
         if m.second_moment is not None:
             row["lambda_second_moment"] = m.second_moment.tolist()
-            row["lambda_second_moment_stderr"] = m.second_moment_stderr.tolist()
+            row["lambda_second_moment_stderr"] = m.second_moment_stderr.tolist()  # type: ignore[union-attr]  # set with second_moment
         before = len(self)
         for key, val in row.items():
             self.columns.setdefault(key, [[math.nan] * len(m.lam)] * before)

@@ -159,7 +159,8 @@ class Grid:
         points that a name template maps to one folder are refused, naming both."""
         if self.size > self.MAX_POINTS:
             raise GridError(f"{self.source} has {self.size} points, more than {self.MAX_POINTS}; split the grid")
-        out, seen = [], {}
+        out: list[Point] = []
+        seen: dict[str, Any] = {}
         for i, combo in enumerate(itertools.product(*(ax.values for ax in self.axes))):
             values = {k: v for ax, vals in zip(self.axes, combo) for k, v in zip(ax.keys, vals)}
             raw = self.raw_config(Point(i, values, ""), 0) if self.name_template is not None else None

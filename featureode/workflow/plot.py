@@ -158,7 +158,7 @@ def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, m
     x_dep = {tuple(r[k] for k in xk): tuple(r[k] for k in dx) for rs in panels.values() for r in rs}
     y_dep = {tuple(r[k] for k in yk): tuple(r[k] for k in dy) for rs in panels.values() for r in rs}
     x_name = ", ".join([label(x)] + [label(k) for k in dx])
-    y_name = ", ".join([label(y)] + [label(k) for k in dy]) if yk else label(metric)
+    y_name = ", ".join([label(y)] + [label(k) for k in dy]) if yk else label(metric)  # type: ignore[arg-type]  # metric is set when there is no y key
     with styled(style) as st:
         if ax is None:
             w = max(4.2, 0.9 * len(xs) + 2.2) if yk else 5.0
