@@ -203,7 +203,7 @@ def _backends() -> "Registry[Any]":
     return BACKENDS
 
 
-_POS = dict(lo=0, lo_open=True)
+_POS: dict[str, Any] = dict(lo=0, lo_open=True)
 #: The valid value of every key that is not a plain bool/string/list/table (those are type-checked from defaults).
 RULES: dict[str, dict[str, "Num | Choice"]] = {
     "data": {
@@ -373,11 +373,11 @@ class Config:
             if key == "covariance":
                 spec = Spectrum.from_covariance(d.covariance)
             elif key == "eigenvalues":
-                spec = Spectrum.from_eigenvalues(d.eigenvalues)
+                spec = Spectrum.from_eigenvalues(d.eigenvalues)  # type: ignore[arg-type]  # key == "eigenvalues" means it is given
             else:
                 return Spectrum.power_law(d.dim, d.exponent, d.offset)
         except DataError as exc:  # its message starts with the key's name ("covariance is not symmetric: …")
-            raise ConfigError(f"[data] {exc}" if str(exc).startswith(key) else f"[data] {key}: {exc}") from None
+            raise ConfigError(f"[data] {exc}" if str(exc).startswith(key) else f"[data] {key}: {exc}") from None  # type: ignore[arg-type]  # key is set on these branches
         if spec.dim != d.dim:
             size = f"{spec.dim} entries" if key == "eigenvalues" else f"size {spec.dim} × {spec.dim}"
             raise ConfigError(f"[data] {key} has {size} but dim = {d.dim}; make them agree (set dim = {spec.dim})")

@@ -196,7 +196,7 @@ class Activation:
             else:
                 have = point_means(self.mean0, B, S, _rational(b), _rational(s), size)
             if have is None:  # a closed form outside the supported terms: differentiate symbolically
-                have = [self.mean_expr(k).subs({B: _rational(b), S: _rational(s)}) for k in range(size + 1)]
+                have = [self.mean_expr(k).subs({B: _rational(b), S: _rational(s)}) for k in range(size + 1)]  # type: ignore[union-attr]  # mean0 is known here, so every mean_expr exists
             table[(b, s)] = have
         return have[: n_max + 1]
 
@@ -218,7 +218,7 @@ class Activation:
             val = self.derivative_expr(k).subs(U, _rational(b))
             return Coefficient(float(val), val)
         if self.mean0 is not None:
-            ex = self.point_mean_exprs(b, s, k)[k]
+            ex = self.point_mean_exprs(b, s, k)[k]  # type: ignore[index]  # mean0 is known here
             return Coefficient(float(sp.N(ex, 20)), ex)
         mu = self._hermite_quad(k, b, s)
         scale = mpmath.sqrt(mpmath.factorial(k)) / mpmath.mpf(s) ** k
@@ -226,7 +226,7 @@ class Activation:
 
     def _hermite_point(self, n: int, b: float, s: float) -> sp.Expr:
         """Exact ``μ_n(b, s) = s^n m_n(b, s)/sqrt(n!)`` at a point (closed-form activations)."""
-        return _rational(s) ** n * self.point_mean_exprs(b, s, n)[n] / sp.sqrt(sp.factorial(n))
+        return _rational(s) ** n * self.point_mean_exprs(b, s, n)[n] / sp.sqrt(sp.factorial(n))  # type: ignore[index]  # closed-form activations only
 
     def hermite(self, n: int, b: float = 0.0, s: float = 1.0) -> Coefficient:
         """``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)]`` as exact expression (when it exists) and float."""
@@ -317,7 +317,7 @@ class Activation:
             while j > 0 and self.derivative_expr(j).has(sp.DiracDelta):
                 j -= 1
             dj = sp.lambdify(U, _stable(self.derivative_expr(j)), modules=[_numpy_namespace(), "scipy", "numpy"])
-            fn = composite_mean(dj, k - j, kinks, nodes, self.exp_rate)
+            fn = composite_mean(dj, k - j, kinks, nodes, self.exp_rate)  # type: ignore[assignment]  # both take (b, s); the table holds either kind
         table[key] = fn
         return fn
 
@@ -392,7 +392,7 @@ def _stable(expr: sp.Expr) -> sp.Expr:
                         lambda e: _SOFTPLUS(_one_plus_exp(e.args[0])))
     return expr.replace(
         lambda e: e.is_Pow and e.exp.is_Integer and e.exp < 0 and _one_plus_exp(e.base) is not None,
-        lambda e: _LOGISTIC(-_one_plus_exp(e.base)) ** (-e.exp))
+        lambda e: _LOGISTIC(-_one_plus_exp(e.base)) ** (-e.exp))  # type: ignore[operator]  # the query above ensures it is not None
 
 
 @lru_cache(maxsize=1)
@@ -455,7 +455,8 @@ def _torch_namespace() -> dict[str, Any]:
     ns["_logistic"] = tensor_args(torch.sigmoid)
     ns["_softplus"] = tensor_args(lambda v: torch.logaddexp(v, torch.zeros_like(v)))
     ns.update({"select": select, "reduce": maximum_reduce, "maximum": maximum, "minimum": minimum,
-               "heaviside": heaviside, "pi": math.pi, "e": math.e})
+               "heaviside": heaviside})
+    ns.update({"pi": math.pi, "e": math.e})  # type: ignore[dict-item]  # constants beside the functions
     return ns
 
 

@@ -155,7 +155,7 @@ class Spectrum:
         c = np.array(rows, dtype=float)
         asym = np.abs(c - c.T)
         if asym.max() > atol * max(1.0, float(np.max(np.abs(c)))):
-            i, j = np.unravel_index(np.argmax(asym), asym.shape)
+            i, j = (int(x) for x in np.unravel_index(np.argmax(asym), asym.shape))
             raise DataError(f"covariance is not symmetric: Σ[{i},{j}] = {c[i, j]:.6g} but Σ[{j},{i}] = {c[j, i]:.6g} "
                             f"(max |Σ - Σᵀ| = {asym.max():.3g})")
         w, v = np.linalg.eigh((c + c.T) / 2)

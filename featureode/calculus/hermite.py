@@ -257,6 +257,7 @@ def product(a: Mode, b: Mode) -> dict[Mode, sp.Expr]:
         for mode, c in terms.items():
             for k, ck in lin.items():
                 key = mode.shift(i, k)
+                assert key is not None  # k ≥ 0: no order becomes negative
                 new[key] = new.get(key, 0) + c * ck
         terms = new
     return terms
@@ -279,6 +280,7 @@ def polynomial_to_hermite(poly: sp.Expr, zs: "list[sp.Symbol]") -> dict[Mode, sp
             for mode, c in terms.items():
                 for k, ck in monomial_to_hermite(power).items():
                     key = mode.shift(i, k)
+                    assert key is not None  # k ≥ 0: no order becomes negative
                     new[key] = new.get(key, 0) + c * ck
             terms = new
         for mode, c in terms.items():

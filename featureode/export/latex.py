@@ -8,7 +8,7 @@ variant with its ablations, and the constants with their values (numbers as ``m 
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 import sympy as sp
@@ -18,6 +18,10 @@ from featureode.ode import terms as ode
 from featureode.calculus.hermite import Mode
 from featureode.ode.indexed import IndexSpace
 from featureode.ode.variants import Variant, closure_names, get_closure, variants_from_config
+
+if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
+    from featureode.config import Config
+    from featureode.kernel.theory import KernelTheory
 
 _INDEXED = {"f": "f_{%s}", "D": "D_{%s}", "v": "v_{%s}", "lam0": r"\lambda_{%s}(0)", "lam": r"\lambda_{%s}",
             "rho": r"\rho_{%s}", "gpow": "g^{%s}", "c": "c_{|%s|}", "g": "g_{%s}", "r": "r_{%s}",
@@ -248,7 +252,7 @@ def _spectrum_text(cfg: Any) -> str:
             r"$i = 0, \dots, d-1$, normalised to $\sum_i g_i = 1$")
 
 
-def derive_document(cfg: Any, theory: Any = None) -> str:
+def derive_document(cfg: Config, theory: KernelTheory | None = None) -> str:
     """A standalone LaTeX document for the config's ODE family (``theory``: a ``KernelTheory``; computed with
     ``featureode.kernel.theory.kernel_theory`` when ``None``)."""
     o = cfg.ode

@@ -69,8 +69,8 @@ class MLPSummary:
         """The summary of a simulation (``kind = "mlp"``)."""
         t = np.asarray(mlp.t, float)
         test = mlp.ratio
-        insup = np.asarray(mlp.in_support_loss if mlp.in_support_loss is not None
-                           else in_support_loss(mlp.f, mlp.target), float)
+        insup = np.asarray(mlp.in_support_loss if mlp.in_support_loss is not None  # type: ignore[type-var]  # numpy's stub refuses the builtin float as dtype
+                           else in_support_loss(mlp.f, mlp.target), float)  # type: ignore[arg-type]  # a simulation without its in-support loss stores f
         return cls(t, test, insup, crossing_time(t, test, 0.5), crossing_time(t, test, 0.1),
                    crossing_time(t, insup / insup[0], 0.5), crossing_time(t, insup / insup[0], 0.1),
                    mlp.status.complete, mlp.end_t, mlp.status.error)
@@ -204,7 +204,7 @@ def build_report(cfg: Config, ode: ODEResult, mlp: Trajectory, wall_s: float | N
         met = curve_metrics(tr.t, tr.loss, summary.t, summary.loss)
         # the ODE's loss on the target's modes only (on an extended basis the other modes are left out, as in the
         # MLP's in-support loss)
-        ode_insup = tr.in_support_loss if tr.in_support_loss is not None else in_support_loss(tr.f, ode.target)
+        ode_insup = tr.in_support_loss if tr.in_support_loss is not None else in_support_loss(tr.f, ode.target)  # type: ignore[arg-type]  # an ODE trajectory always stores f
         ins = curve_metrics(tr.t, ode_insup, summary.t, summary.in_support_loss)
         variants[name] = VariantReport(name, np.asarray(tr.t, float), tr.ratio, met, ins,
                                        tr.status.error)
@@ -239,7 +239,7 @@ def report_markdown(report: Report, figure: str = "report.png") -> str:
             continue
         a, s = v.metrics, v.in_support
         lines.append(f"| {name} | {_num(a.t50, 4)} | {_num(a.t10, 4)} | {a.t50_ratio.text()} | {a.t10_ratio.text()} | "
-                     f"{_num(a.log_rms)} | {s.t50_ratio.text()} | {s.t10_ratio.text()} | {_num(s.log_rms)} |")
+                     f"{_num(a.log_rms)} | {s.t50_ratio.text()} | {s.t10_ratio.text()} | {_num(s.log_rms)} |")  # type: ignore[union-attr]  # in_support is set with metrics
     lines += [f"\n**{name} failed**: {v.error}" for name, v in report.variants.items() if v.error]
     lines += ["", "Ratios are ODE/MLP (`< x`, `> x`: a bound, where one curve ends before it crosses); log-RMS is the "
               "RMS of log L_ode − log L_mlp where the MLP loss exceeds 1e-2.",
@@ -288,7 +288,7 @@ def _log_ticks(ax: Any, which: str) -> None:
     axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_major_locator(ticker.LogLocator(base=10, subs=subs, numticks=30))
     axis.set_major_formatter(ticker.FuncFormatter(_tick_label))
-    axis.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(1, 10) * 1.0, numticks=30))
+    axis.set_minor_locator(ticker.LogLocator(base=10, subs=[float(k) for k in range(1, 10)], numticks=30))
     axis.set_minor_formatter(ticker.NullFormatter())
 
 

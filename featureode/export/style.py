@@ -132,7 +132,7 @@ def styled(style: "str | Mapping[str, Any] | Style | None") -> Iterator[Style]:
     import matplotlib
 
     st = get_style(style)
-    with matplotlib.rc_context(dict(st.rc)):
+    with matplotlib.rc_context(dict(st.rc)):  # type: ignore[arg-type]  # rc keys are checked by matplotlib at run time
         yield st
 
 
@@ -193,4 +193,4 @@ def new_figure(figsize: tuple[float, float], layout: str | None = None) -> Any:
     """A :class:`matplotlib.figure.Figure` (no pyplot state) of ``figsize``."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=figsize, layout=layout)
+    return Figure(figsize=figsize, layout=layout)  # type: ignore[arg-type]  # layout names are matplotlib's

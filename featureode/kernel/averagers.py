@@ -139,7 +139,7 @@ class QuadratureAverager:
         if act.exp_terms:
             self.table = _closed_table(act, net.bias_std, self.tilt, self.law.grid)
         else:
-            self.table = _mean_table(act, net.bias_rule, self.law.grid.y0, net.step)
+            self.table = _mean_table(act, net.bias_rule, self.law.grid.y0, net.step)  # type: ignore[assignment]  # both tables have the same interface
         self._integrals: dict[tuple[Gamma, bool, int, int], float] = {}
 
     def integral(self, gamma: Gamma, weighted: bool, j: int, k: int) -> float:

@@ -6,6 +6,7 @@ import math
 from typing import Iterable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from featureode.calculus.hermite import Mode
 from featureode.kernel.network import KernelError
@@ -37,7 +38,7 @@ def _count_candidates(beta: Mode, dim: int, degree: int) -> int:
 
 
 def extended_basis(target_modes: Iterable["Mode | str"], dim: int, degree: int, max_modes: int,
-                   g: "Sequence[float] | None" = None) -> list[Mode]:
+                   g: "ArrayLike | None" = None) -> list[Mode]:
     """The target's modes followed by the modes the init kernel couples to them, best first, ``max_modes`` in all.
 
     ``K_{γβ} ≠ 0`` only if ``γ ≡ β`` mod 2 in every coordinate (module docstring). Candidates: such ``γ`` for some
@@ -78,8 +79,8 @@ def extended_basis(target_modes: Iterable["Mode | str"], dim: int, degree: int, 
                                       for i in set(index) | set(db))
                     scores[gamma] = max(scores.get(gamma, 0.0), score)
     target_set = set(targets)
-    extra = sorted((m for m in scores if m not in target_set), key=lambda m: (-scores[m], m.sort_key()))
-    return list(targets) + extra[: max_modes - len(targets)]
+    ranked = sorted((m for m in scores if m not in target_set), key=lambda m: (-scores[m], m.sort_key()))
+    return list(targets) + ranked[: max_modes - len(targets)]
 
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -82,7 +82,7 @@ def readout_moment(parametrization: object, n: int) -> float:
         return float(own(n))
     if n % 2:
         return 0.0
-    var = float(parametrization.readout_variance)
+    var = float(parametrization.readout_variance)  # type: ignore[attr-defined]  # a Parametrization (duck-typed here)
     return float(math.prod(range(n - 1, 0, -2))) * var ** (n // 2)
 
 
@@ -446,7 +446,7 @@ class Averager:
     def request_dot(self, alg: Algebra, G: Vector, H: Vector) -> dict[str, int]:
         """Record ``E[⟨G, H⟩_P]`` by part (``"readout"``, ``"weights"``, ``"bias"``); returns their handles."""
         r = alg.rates
-        parts = {"readout": {}, "weights": {}, "bias": {}}
+        parts: dict[str, dict[Any, Any]] = {"readout": {}, "weights": {}, "bias": {}}
         if r.a:
             self._record_product(parts["readout"], G.A, H.A, r.a)
         if r.b:
@@ -546,7 +546,7 @@ class Averager:
                 measures[(gamma, ks)] = (meas.mass, meas.w, meas.rows, meas.Q, e)
             else:
                 mass, w, rows = self.tilted.measure(gamma, ks, power)
-                measures[(gamma, ks)] = (mass, w, rows, None, e)
+                measures[(gamma, ks)] = (mass, w, rows, None, e)  # type: ignore[assignment]  # no Q on the tilted law
         rows_all = [m[2] for m in measures.values() if m[2] is not None and m[2].size]
         lo = min((int(r.min()) for r in rows_all), default=0)
         hi = max((int(r.max()) + 1 for r in rows_all), default=0)
@@ -554,7 +554,7 @@ class Averager:
         F = self._products(wanted, lo, hi) if wanted else {}
         out = np.zeros(len(self._requests))
         for key, by_ms in groups.items():
-            mass, w, rows, Qg, e = measures[key]
+            mass, w, rows, Qg, e = measures[key]  # type: ignore[assignment]  # rows is None is handled next
             if rows is None:
                 vals = {ms: mass * float(np.sum(w * self._F_at(ms, Qg))) for ms in by_ms}
             else:

@@ -97,12 +97,12 @@ def level_coefficient_exprs(activation: "str | Activation", bias_std: "float | s
     for k in range(int(max_level) + 2):
         m = act.mean_expr(k)
         sq.append(None if m is None else _gaussian_mean_exact(m.subs(S, 1) ** 2, sigma))
-    return [None if sq[l] is None or sq[l + 1] is None else sp.simplify((l + 1) * sq[l] + sq[l + 1])
+    return [None if sq[l] is None or sq[l + 1] is None else sp.simplify((l + 1) * sq[l] + sq[l + 1])  # type: ignore[operator]  # None excluded just before
             for l in range(int(max_level) + 1)]
 
 
-def hea_eigenvalues(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequence[float]",
-                    Lambda: Sequence[float]) -> np.ndarray:
+def hea_eigenvalues(modes: Iterable["Mode | str"], spectrum: "Spectrum | Sequence[float] | np.ndarray",
+                    Lambda: "Sequence[float] | np.ndarray") -> np.ndarray:
     """HEA eigenvalues ``λ_β^HEA = Λ_{|β|} g^β`` (``Lambda = [Λ_0, Λ_1, …]``)."""
     g = np.asarray(_g_of(spectrum))
     ms = _modes_of(modes, g.size)

@@ -149,7 +149,7 @@ class QLaw:
         """``(1 + 2 z g_i)^{−n}`` on the contour (powers cached per direction)."""
         pw = self._recip.get(i)
         if pw is None:
-            pw = self._recip[i] = [None, 1 / (1 + 2 * self.g[i] * self.z)]
+            pw = self._recip[i] = [None, 1 / (1 + 2 * self.g[i] * self.z)]  # type: ignore[list-item]  # slot 0 (power 0) is never read
         while len(pw) <= n:
             pw.append(pw[-1] * pw[1])
         return pw[n]

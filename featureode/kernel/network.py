@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from featureode.calculus.activations import Activation, get_activation
 from featureode.calculus.data import Spectrum
 from featureode.kernel.initlaw import STEP, BiasRule, QLaw, bias_rule, q_law
 from featureode.kernel.parametrization import Parametrization, get_parametrization
+
+if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
+    from featureode.config import Config
 
 
 class KernelError(FeatureODEError, ValueError):
@@ -82,7 +85,7 @@ class Network:
                    spectrum if isinstance(spectrum, Spectrum) else None)
 
     @classmethod
-    def from_config(cls, cfg: Any, spectrum: Spectrum | None = None) -> "Network":
+    def from_config(cls, cfg: Config, spectrum: Spectrum | None = None) -> "Network":
         """The network of a :class:`~featureode.config.Config` (``spectrum``: an already built one)."""
         net = cfg.network
         return cls.build(net.activation, spectrum if spectrum is not None else cfg.spectrum(), net.bias_std,

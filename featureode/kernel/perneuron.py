@@ -125,7 +125,7 @@ def check_integrable(act: Activation, bias_std: float, dim: int, term: Term) -> 
         o, r = max(j, k), act.classical_order
         raise ActivationError(
             f"activation {act.name!r}: the kernel needs the derivative mean m_{o}(b, s) = E[σ^({o})(u)] at "
-            f"order {o}, beyond the classical order {r} of {act.name}; it grows like s^-{o - r} as the "
+            f"order {o}, beyond the classical order {r} of {act.name}; it grows like s^-{o - r} as the "  # type: ignore[operator]  # reached only for activations with a classical order
             f"neuron scale s = |ŵ| → 0 and its average over the init law (d = {dim}, σ_b = {bias_std}) "
             f"diverges, so this kernel entry does not exist; use a smoother activation or lower-degree modes")
     return e

@@ -116,10 +116,10 @@ def network_second_order(net: Network, modes: Sequence[Mode], drivers: Sequence[
     S = np.zeros((M, M))
     for k in drivers:
         S[:, k] = U[:, k, k] + V[:, k]
-    return SecondOrder(S, U, V, T, lam, drivers, rates, time.perf_counter() - t0, S_parts, lam_parts)
+    return SecondOrder(S, U, V, T, lam, drivers, rates, time.perf_counter() - t0, S_parts, lam_parts)  # type: ignore[arg-type]  # lam is an array once a driver exists
 
 
-def second_order_constants(modes: Sequence["Mode | str"], g: Sequence[float], activation: str, bias_std: float, *,
+def second_order_constants(modes: Sequence["Mode | str"], g: "Sequence[float] | np.ndarray", activation: str, bias_std: float, *,
                            drivers: Sequence[int] | None = None, parametrization: str = "meanfield",
                            rates: "Rates | tuple[float, float, float]" = Rates(),
                            quartic: bool = False) -> SecondOrder:

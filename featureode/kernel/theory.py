@@ -47,7 +47,7 @@ import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -82,6 +82,10 @@ from featureode.kernel.perneuron import (  # noqa: F401  (re-exported)
     pair_terms,
     singular_power,
 )
+
+if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
+    from featureode.calculus.targets import Target
+    from featureode.config import Config
 
 __all__ = [
     "KernelError", "KernelTheory", "Network", "Term", "pair_terms", "exact_eigenvalues", "gram_matrix",
@@ -281,8 +285,8 @@ def _ratio(num: float, den: float) -> float | None:
 # ----------------------------------------------------------------------------------------------------------------
 # config level
 # ----------------------------------------------------------------------------------------------------------------
-def kernel_theory(cfg: Any, basis: str | None = None, with_gram: bool = False, *, network: Network | None = None,
-                  target: Any = None) -> KernelTheory:
+def kernel_theory(cfg: Config, basis: str | None = None, with_gram: bool = False, *, network: Network | None = None,
+                  target: Target | None = None) -> KernelTheory:
     """All init kernel quantities of a :class:`~featureode.config.Config` for the feature ODE.
 
     ``basis``: ``"target"`` (the target's modes) or ``"extended"`` (:func:`extended_basis` with
@@ -369,7 +373,7 @@ def kernel_theory_batch(cfgs: Sequence[Any], basis: str | None = None,
     return out
 
 
-def kernel_report(cfg: Any) -> dict[str, Any]:
+def kernel_report(cfg: Config) -> dict[str, Any]:
     """``featureode kernel CONFIG --json`` (DESIGN §6): init eigenvalues of the target's modes and closure constants.
 
     Keys: ``modes``, ``exact``, ``exact_stderr`` (0: deterministic quadrature), ``hea``, ``c``,
@@ -379,6 +383,7 @@ def kernel_report(cfg: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     kt = kernel_theory(cfg, basis="target")
     net = kt.network
+    assert net is not None  # kernel_theory always records its network
     finer = network_eigenvalues(Network(net.activation, net.g_key, net.bias_std, net.parametrization, STEP / 2),
                                 list(kt.modes))
     return {

@@ -84,7 +84,7 @@ def _functions(system: ode.System) -> list[tuple[str, tuple[ode.Assignment, ...]
     """(name, assignments, return expression) of the three generated functions."""
     inter = tuple(a for a in system.assignments if a.name in ode.INTERMEDIATES)
     jac_prog, blocks = system.jacobian_program()
-    block = [[blocks[(row, col)].name if blocks[(row, col)] is not None else "_zeros" for col in ("f", "D")]
+    block = [[blocks[(row, col)].name if blocks[(row, col)] is not None else "_zeros" for col in ("f", "D")]  # type: ignore[union-attr]  # the None case is tested in the same expression
              for row in ("dfdt", "dDdt")]
     return [("rhs", system.assignments, "numpy.concatenate((dfdt, dDdt))"),
             ("observe", inter, "(r, s, lam)"),
@@ -187,8 +187,8 @@ class _BroadcastPrinter(NumPyPrinter):
             out = f"numpy.sum({self._print(sp.Mul(*next(iter(groups.values()))))}, axis={ax}, keepdims=True)"
         else:
             ops, specs = [], []
-            for spans, factors in groups.items():
-                spans = sorted(spans)
+            for span_set, factors in groups.items():
+                spans = sorted(span_set)
                 # the factors of a group span exactly its axes, so the product has their sizes: no broadcast
                 ops.append(f"({self._print(sp.Mul(*factors))}).reshape({self._compact(spans)})")
                 specs.append("".join(_LETTERS[k] for k in spans))
@@ -543,6 +543,7 @@ def compile_system(system: ode.System, backend: str = "numpy") -> Compiled:
     path, from_cache = cached_text(f"{backend}_{key}.py", lambda: generate_source(system, backend))
     modname = f"featureode_generated_{backend}_{key}"
     spec = importlib.util.spec_from_file_location(modname, path)
+    assert spec is not None and spec.loader is not None  # a .py file always has a source loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
     try:

@@ -38,9 +38,10 @@ in-support ``L/L(0) = Σ_β (v_β − f_β)² / Σ_β v_β²``, ``lam`` the eige
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.integrate import solve_ivp
 
 from featureode.core.basis import check_basis
@@ -73,12 +74,12 @@ def _segments(t: np.ndarray, x: np.ndarray, times: np.ndarray) -> np.ndarray:
     return out.reshape((times.size,) + x.shape[1:])
 
 
-def integrated_eigenvalue(t: Sequence[float], lam: np.ndarray, times: Sequence[float]) -> np.ndarray:
-    """``Λ(τ) = ∫_0^τ λ`` at ``times`` for ``λ`` (``n_t × M``) measured at ``t`` (increasing, ``t[0] ≥ 0``) and
-    interpolated as in the module docstring; exact for that interpolant."""
-    t = np.asarray(t, float)
-    lam = np.asarray(lam, float).reshape(t.size, -1)
-    times = np.asarray(times, float)
+def integrated_eigenvalue(t_meas: ArrayLike, lam_meas: ArrayLike, at: ArrayLike) -> np.ndarray:
+    """``Λ(τ) = ∫_0^τ λ`` at the times ``at`` for ``λ`` (``n_t × M``) measured at ``t_meas`` (increasing,
+    ``t[0] ≥ 0``) and interpolated as in the module docstring; exact for that interpolant."""
+    t = np.asarray(t_meas, float)
+    lam = np.asarray(lam_meas, float).reshape(t.size, -1)
+    times = np.asarray(at, float)
     # cumulative integral at the measurement times, segment by segment
     cum = np.zeros_like(lam)
     cum[0] = lam[0] * t[0]                      # constant before the first measurement
@@ -241,7 +242,7 @@ def replay(mlp: Trajectory, *, basis: str = "target", n_points: int = 200, rtol:
                       arrays=arrays)
 
 
-def replay_run(folder: "str | Path", basis: str = "target", **kwargs: object) -> Trajectory:
+def replay_run(folder: "str | Path", basis: str = "target", **kwargs: Any) -> Trajectory:
     """:func:`replay` of the simulation stored in ``folder`` (``folder/mlp.json`` and ``mlp.npz``)."""
     folder = Path(folder)
     path = folder / "mlp.json"

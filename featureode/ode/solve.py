@@ -27,7 +27,7 @@ import dataclasses
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,11 @@ from featureode.ode.compile import Compiled, announce_compile, compile_system, m
 from featureode.results.metrics import in_support_loss, relative_loss
 from featureode.results.trajectory import ODEResult, Status, Trajectory
 from featureode.ode.variants import Variant, variants_from_config
+
+if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
+    from featureode.config import Config
+    from featureode.kernel.second_order import SecondOrder
+    from featureode.kernel.theory import KernelTheory
 
 JACOBIAN_MAX_STATES = 2000
 COMPILED_METHODS = ("rodas4",)
@@ -62,7 +67,7 @@ class NonFiniteStateError(SolveError):
     """The state became non-finite (or blew up); the message names the time and the mode."""
 
 
-def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", basis: str = "target",
+def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "exact", basis: str = "target",
                   parametrization: str | None = None) -> tuple[list[Any], ode.System]:
     """The compiled code's inputs (order of :data:`featureode.ode.terms.INPUTS` + user params) and the system.
 
@@ -106,7 +111,7 @@ def system_inputs(theory: Any, variant: Variant, eigenvalues: str = "exact", bas
     return [values[name] for name in system.inputs], system
 
 
-def closure_prefactor(theory: Any, parametrization: str | None = None) -> tuple[str, float]:
+def closure_prefactor(theory: KernelTheory, parametrization: str | None = None) -> tuple[str, float]:
     """The parametrization that fixes the closure prefactor (``parametrization``, else ``theory.parametrization``
     when the theory has one, else ``"meanfield"``) and ``q = closure_prefactor(γ)`` at ``theory.gamma``."""
     from featureode.kernel.parametrization import get_parametrization
@@ -254,7 +259,7 @@ def _loss_events(v: np.ndarray, m: int) -> list[Callable]:
     for level in LEVELS:
         def event(t: float, y: np.ndarray, level: float = level) -> float:
             return float(relative_loss(y[:m], v)) - level
-        event.direction = -1.0
+        event.direction = -1.0  # type: ignore[attr-defined]  # solve_ivp reads an event's direction attribute
         out.append(event)
     return out
 
@@ -294,7 +299,7 @@ class _Guard:
             self.streak = None
             return dy
         self._bad(t, int(np.argmin(ok)))
-        if self.armed and self.streak[2] >= self.patience:
+        if self.armed and self.streak[2] >= self.patience:  # type: ignore[index]  # _bad has just set the streak
             raise _Diverged(f"{self.patience} consecutive non-finite evaluations")
         return dy
 
@@ -332,7 +337,7 @@ def _integrate(run: Callable[[float], Any], guard: _Guard, t_max: float) -> tupl
             failure = failure or guard.where
             if backoff is None:
                 return None, failure
-            guard.armed, t_end, guard.streak = False, min(t_end, guard.where[0]) * (1 - backoff), None
+            guard.armed, t_end, guard.streak = False, min(t_end, guard.where[0]) * (1 - backoff), None  # type: ignore[index]  # where is set with the streak
             continue
         if failure is not None:
             guard.streak = failure + (1,)
@@ -369,7 +374,7 @@ def _run_scipy(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: np.
 
     sol, failure = _integrate(run, guard, t_max)
     if sol is None:
-        t_bad, k = failure
+        t_bad, k = failure  # type: ignore[misc]  # no solution means a recorded failure
         empty = np.zeros((0, 2 * m))
         return _Run(np.zeros(0), empty, np.zeros((0, inputs[0].shape[1])), np.zeros(0), np.zeros((0, m)),
                     (None, None), {"jacobian": "exact" if use_jac else "solver"},
@@ -405,7 +410,7 @@ def _numpy_integrator(compiled: Compiled) -> Callable:
 def _run_compiled(compiled: Compiled, inputs: list[Any], t_eval: np.ndarray, v: np.ndarray, bound: float, *,
                   rtol: float, atol: float) -> _Run:
     integrator = compiled.rodas if compiled.backend == "numba" else _numpy_integrator(compiled)
-    res = integrate.run(integrator, inputs, t_eval, v, rtol=rtol, atol=atol, levels=LEVELS, bound=bound)
+    res = integrate.run(integrator, inputs, t_eval, v, rtol=rtol, atol=atol, levels=LEVELS, bound=bound)  # type: ignore[arg-type]  # the numba backend always compiles the integrator
     stats = {"jacobian": "exact", "nfev": res.n_rhs, "njev": res.n_jac, "steps": res.n_steps,
              "rejected": res.n_rejected, "solver_message": res.message}
     failure = None
@@ -499,7 +504,7 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = N
     built, system, compiled = _built(variant, basis, _rodas_backend(compile, variant.label, basis)
                                      if compiled_method else backend)
     code = compiled.backend
-    inputs, _ = system_inputs(theory, built, eigenvalues, basis)
+    inputs, _ = system_inputs(theory, built, eigenvalues, basis)  # type: ignore[arg-type]  # a _BuiltVariant is its Variant with the system cached
     v = np.asarray(inputs[1], dtype=float)
     m = v.size
     if not np.any(v):
@@ -536,7 +541,7 @@ def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = N
                       status=Status(complete=error is None, reached_t=float(out.t[-1]) if out.t.size else 0.0,
                                     error=error))
     if error is not None:
-        cls = NonFiniteStateError if out.failure[0] == "blowup" else SolveError
+        cls = NonFiniteStateError if out.failure[0] == "blowup" else SolveError  # type: ignore[index]  # an error means a recorded failure
         raise cls(error, traj)
     return traj
 
@@ -556,7 +561,7 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile
                                  backend=o.backend, method=o.method, rtol=o.rtol, atol=o.atol, n_points=o.n_points,
                                  t_min=t_min, compile=compile)
         except SolveError as exc:
-            traj = exc.trajectory
+            traj = exc.trajectory  # type: ignore[assignment]  # None is replaced on the next line
             if traj is None:
                 traj = Trajectory.failed(variant.label, theory.modes, theory.target, str(exc))
         variants[variant.label] = traj

@@ -335,10 +335,10 @@ class System:
         by_target = {a.target: a for a in self.assignments}
 
         def number(name: str, idx: tuple[int, ...]) -> sp.Expr:
-            val = values[name]
+            val = values[name]  # type: ignore[index]  # values is given whenever number() is called
             for k in idx:
-                val = val[k]
-            return sp.Float(float(val), 17)
+                val = val[k]  # type: ignore[index]  # nested arrays/lists of floats
+            return sp.Float(float(val), 17)  # type: ignore[arg-type]  # a float at the innermost index
 
         def lookup(base: sp.Basic, idx: tuple[int, ...]) -> sp.Expr:
             name = str(base)
@@ -412,7 +412,7 @@ def build_system(closure: Term | None, *, scale: bool = False, basis: str = "tar
     flow = ph["kernel_flow"] + (ph["mode_coupling"] if basis == "extended" else 0)
     direction_law = closure is not None and not is_eigen_law(closure)
     growth = ph[closure.name] if closure is not None and not direction_law else ph["eigen_growth"]
-    templates = [("r", r, (i,), ph[closure.name] if direction_law else sp.Integer(1)),
+    templates = [("r", r, (i,), ph[closure.name] if direction_law else sp.Integer(1)),  # type: ignore[union-attr]  # direction_law implies closure is not None
                  ("s", s, (), ph["scale"] if scale else sp.Integer(1)),
                  ("rho", rho, (beta,), growth * s),
                  ("lam", lam, (beta,), lam0[beta] * rho[beta] * (ph["spread"] if spread else 1)),

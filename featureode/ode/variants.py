@@ -22,7 +22,7 @@ import keyword
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import sympy as sp
 from sympy.core.function import AppliedUndef
@@ -31,6 +31,9 @@ from featureode.core.errors import FeatureODEError
 from featureode.core.registry import Registry
 from featureode.ode import terms as ode
 from featureode.ode.indexed import IndexedExpressionError, free_indices
+
+if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
+    from featureode.config import ODEConfig
 
 
 class VariantError(FeatureODEError, ValueError):
@@ -152,6 +155,7 @@ def register_closure(name: str, r_expr: "str | sp.Expr", params: Mapping[str, fl
     """Make a closure (see :func:`make_closure`) and add it to the registry, so ``Variant(name)`` and config files
     can use it. Registering the same name again with the same expression is a no-op; a different one is an error."""
     closure = make_closure(name, r_expr, params, doc)
+    assert closure.term is not None  # make_closure always builds a term
     old = CLOSURES.get(name) if name in CLOSURES.names() else None
     if old is not None and (old.term is None or old.term.body != closure.term.body):
         raise VariantError(f"closure {name!r} is already registered with a different expression")
@@ -289,7 +293,7 @@ SPREAD_SUFFIX = "+spread"
 REPLAY = "replay"
 
 
-def variants_from_config(cfg: Any, allow_replay: bool = False) -> list[Variant]:
+def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Variant]:
     """The variants of an ``[ode]`` config table (:class:`featureode.config.ODEConfig`), in the listed order.
 
     ``replay`` (:data:`REPLAY`) is not an ODE variant: it needs a simulation. With ``allow_replay`` (a caller that

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
-def crossing_time(t: Sequence[float], ratio: Sequence[float], level: float) -> float | None:
+def crossing_time(t: ArrayLike, ratio: ArrayLike, level: float) -> float | None:
     """First time ``ratio(t) ≤ level``, interpolating ``log ratio`` linearly in ``t`` between the two samples that
     bracket the crossing (DESIGN §5: ``t50``, ``t10``); ``None`` when the curve never gets there."""
     t_arr, r_arr = np.asarray(t, float), np.asarray(ratio, float)
@@ -62,7 +63,7 @@ def interp_log(t_new: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def normalised(loss: Sequence[float]) -> np.ndarray:
+def normalised(loss: ArrayLike) -> np.ndarray:
     """``L(t)/L(0)`` (the first sample is ``t = 0``)."""
     arr = np.asarray(loss, float)
     if arr.size == 0 or not arr[0] > 0:
@@ -106,6 +107,7 @@ class Ratio:
         if a is not None and b is not None:
             return cls.exact(a / b)
         if a is None:
+            assert b is not None
             return cls(a_end / b, math.inf)
         return cls(0.0, a / b_end)
 
@@ -159,7 +161,7 @@ class Ratio:
         if data is None:
             return cls.unknown()
         lo, hi = data
-        return cls(float(lo), math.inf if hi is None else float(hi))
+        return cls(float(lo), math.inf if hi is None else float(hi))  # type: ignore[arg-type]  # to_json writes lo as a number
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any], key: str) -> "Ratio":
@@ -194,8 +196,8 @@ class CurveMetrics:
                 "t10_ratio_range": self.t10_ratio.to_json(), "log_rms": self.log_rms}
 
 
-def curve_metrics(t_ode: Sequence[float], loss_ode: Sequence[float], t_ref: Sequence[float],
-                  loss_ref: Sequence[float], floor: float = 1e-2) -> CurveMetrics:
+def curve_metrics(t_ode: ArrayLike, loss_ode: ArrayLike, t_ref: ArrayLike,
+                  loss_ref: ArrayLike, floor: float = 1e-2) -> CurveMetrics:
     """Metrics of DESIGN §5 for one ODE curve against one reference (MLP) curve, both normalised here to
     ``L/L(0)``. A curve that ends before it crosses still bounds the ratio (:meth:`Ratio.of_crossings`)."""
     t_o, l_o = np.asarray(t_ode, float), normalised(loss_ode)

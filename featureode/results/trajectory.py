@@ -157,6 +157,7 @@ class Trajectory:
             if arr.shape[:1] != (n,) or arr.ndim > 2:
                 continue
             if arr.ndim == 1:
+                comps: list[str | None]
                 comps, arr = [None], arr[:, None]
             elif key != "r" and arr.shape[1] == len(self.modes):
                 comps = list(self.modes)
@@ -331,7 +332,7 @@ def json_ready(obj: Any) -> Any:
         if obj.dtype.kind == "f":
             if np.isfinite(obj).all():
                 return obj.astype(float).tolist()
-            return np.where(np.isfinite(obj), obj.astype(float), None).tolist()
+            return np.where(np.isfinite(obj), obj.astype(float), None).tolist()  # type: ignore[call-overload]  # an object array: None where not finite
         return json_ready(obj.tolist())
     if isinstance(obj, (np.floating, float)):
         x = float(obj)
@@ -411,7 +412,7 @@ def write_json(path: "str | Path", obj: Any, indent: int | None = 1) -> None:
 def write_npz(path: "str | Path", arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays as an ``.npz`` atomically."""
     buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]  # numpy's stub types **kwds as the allow_pickle flag
     _atomic_bytes(Path(path), buf.getvalue())
 
 

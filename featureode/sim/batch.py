@@ -43,7 +43,7 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
         xt = x.transpose(1, 2)
         u = torch.baddbmm(b.unsqueeze(2), w, xt)
         u0 = torch.baddbmm(b0.unsqueeze(2), w0, xt)
-        s, ds = torch.func.jvp(act, (u,), (torch.ones_like(u),))
+        s, ds = torch.func.jvp(act, (u,), (torch.ones_like(u),))  # type: ignore[misc]  # jvp returns (output, tangent); torch's stub is wider
         return s, ds, act(u0)
 
     def output(s: torch.Tensor, s0: torch.Tensor, a: torch.Tensor, a0: torch.Tensor,
@@ -176,6 +176,7 @@ class MeanFieldBatch:
         for lo in range(0, batch, self.chunk):
             part = self._grads(*p, x[:, lo:lo + self.chunk], y[:, lo:lo + self.chunk], scale)
             total = part if total is None else tuple(u + v for u, v in zip(total, part))
+        assert total is not None  # the batch holds at least one chunk
         grad_w, grad_b, grad_a, sq = total
         coef = (torch.tensor(list(lr), dtype=torch.float64) * self.step_factor[runs] / batch).to(x).unsqueeze(1)
         p[0].sub_(coef.unsqueeze(-1) * grad_w)
@@ -211,10 +212,11 @@ class MeanFieldBatch:
                     total += part
                 g, real = c * n_groups // n_chunks, int(weight.sum())
                 piece = GroupSums.of_chunk(part, h, x_sq, s_sq, slope_sq, real)
-                groups[g] = piece if groups[g] is None else groups[g] + piece
+                prev = groups[g]
+                groups[g] = piece if prev is None else prev + piece
             p = self.params
             present = [g for g in groups if g is not None]
-            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support)
+            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support)  # type: ignore[arg-type]  # the test set holds at least one chunk
             if not self.spread:
                 return m
             second, second_se = self._second_moment(run, test, groups, n_chunks)
@@ -231,11 +233,11 @@ class MeanFieldBatch:
         kappa = self.kappa[run]
         index = [c for c, g in enumerate(groups) if g is not None]
         position = {c: k for k, c in enumerate(index)}
-        acc = SpreadSums([groups[c] for c in index], a, kappa)
+        acc = SpreadSums([groups[c] for c in index], a, kappa)  # type: ignore[misc]  # index holds the groups that are not None
         a2 = a * a
         for c, (x, _, h, x_sq, weight) in enumerate(test.chunks()):
             u = torch.addmm(b, x, w.T)                                       # (C, N)
-            s, ds = torch.func.jvp(self.act, (u,), (torch.ones_like(u),))
+            s, ds = torch.func.jvp(self.act, (u,), (torch.ones_like(u),))  # type: ignore[misc]  # jvp returns (output, tangent); torch's stub is wider
             theta = ((s * s).sum(1) + (x_sq + 1) * ((ds * ds) @ a2)).double() * kappa
             acc.add(position[c * len(groups) // n_chunks], s, ds, x, h, theta, weight)
         return acc.finish()

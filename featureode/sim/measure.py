@@ -288,7 +288,7 @@ class SpreadSums:
         """The stacked half directions ``(hs, hd, hdx)`` (hdx flattened to (2M, N·d)) in ``dtype``, cast once."""
         cached = getattr(self, "_dirs", None)
         if cached is None or cached[0].dtype != dtype:
-            cached = self._dirs = (self.hs.to(dtype), self.hd.to(dtype), self.hdx.reshape(2 * self.m, -1).to(dtype))
+            cached = self._dirs = (self.hs.to(dtype), self.hd.to(dtype), self.hdx.reshape(2 * self.m, -1).to(dtype))  # type: ignore[union-attr]  # the half directions are set before they are read
         return cached
 
     def add(self, c: int, s: torch.Tensor, ds: torch.Tensor, x: torch.Tensor, h: torch.Tensor, theta: torch.Tensor,
@@ -347,12 +347,12 @@ class SpreadSums:
             nH = self.n_half[H]
             wy_h = [t - o for t, o in zip(self.W[(H, yvar)], self.own[j])]
             wy_o = self.W[(other, yvar)]
-            dot_h = _dot(gj.hs, gj.hd, gj.hdx, *wy_h, self.a2) * self.kappa
-            dot_o = _dot(gj.hs, gj.hd, gj.hdx, *wy_o, self.a2) * self.kappa
+            dot_h = _dot(gj.hs, gj.hd, gj.hdx, *wy_h, self.a2) * self.kappa  # type: ignore[call-arg]  # wy_h holds three tensors
+            dot_o = _dot(gj.hs, gj.hd, gj.hdx, *wy_o, self.a2) * self.kappa  # type: ignore[call-arg]  # wy_o holds three tensors
             same = ((Qh[H] - self.Q[j]) * (nH - 1) - dot_h) / (nH - n_c[j] - 1)
             cross = (Qh[other] * nH - dot_o) / (nH - n_c[j])
             left.append((same + cross) / (n - n_c[j]))
         left_t = torch.stack(left)
         G = len(n_c)
         se = ((G - 1) / G * ((left_t - left_t.mean(0)) ** 2).sum(0)).sqrt()
-        return est.cpu().numpy(), se.cpu().numpy()
+        return est.cpu().numpy(), se.cpu().numpy()  # type: ignore[union-attr]  # est is a tensor (a sum over modes)

@@ -388,7 +388,7 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
     per_run = (modes if modes and not isinstance(modes[0], (str, Mode)) else [modes] * len(cfgs))
     if len(per_run) != len(cfgs):
         raise MLPError(f"got {len(per_run)} mode lists for {len(cfgs)} configs")
-    specs = [RunSpec.build(c, m) for c, m in zip(cfgs, per_run)]
+    specs = [RunSpec.build(c, m) for c, m in zip(cfgs, per_run)]  # type: ignore[arg-type]  # per_run holds one mode list per config
     out = Path(out_dir) if out_dir is not None else None
     if run_dirs is not None and len(run_dirs) != len(cfgs):
         raise MLPError(f"got {len(run_dirs)} run_dirs for {len(cfgs)} configs")
@@ -399,8 +399,8 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
         sim.run()
         if out is None and run_dirs is None:
             return [sim.trajectory(i) for i in range(len(specs))]
-        return [sim.write(i, Path(run_dirs[i]) if run_dirs is not None else (
-                out if len(specs) == 1 else out / f"run_{i}")) for i in range(len(specs))]
+        return [sim.write(i, Path(run_dirs[i]) if run_dirs is not None else (  # type: ignore[arg-type]  # out is set when run_dirs is not
+                out if len(specs) == 1 else out / f"run_{i}")) for i in range(len(specs))]  # type: ignore[operator]  # out is set when run_dirs is not
 
 
 def simulate_config(cfg: Config, out_dir: "str | Path | None" = None, resume: bool = False, progress: bool = True,

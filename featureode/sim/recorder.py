@@ -48,6 +48,7 @@ class Checkpoint:
         """The saved state, after checking version, config digests and mode lists; raises :class:`MLPError` with the
         fix for a damaged, foreign or outdated file."""
         path = self.path
+        assert path is not None  # load is called only for a recorder with a checkpoint file
         try:
             st = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(st, dict):
@@ -100,7 +101,7 @@ class Recorder:
             row[f"lambda_parts_stderr/{p}"] = m.parts_stderr[k].tolist()
         if m.second_moment is not None:
             row["lambda_second_moment"] = m.second_moment.tolist()
-            row["lambda_second_moment_stderr"] = m.second_moment_stderr.tolist()
+            row["lambda_second_moment_stderr"] = m.second_moment_stderr.tolist()  # type: ignore[union-attr]  # set with second_moment
         before = len(self)
         for key, val in row.items():
             self.columns.setdefault(key, [[math.nan] * len(m.lam)] * before)

@@ -19,9 +19,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
+    from featureode.config import TrainingConfig
 
 LANDING_TOLERANCE = 1e-9    # a gap ≤ η (1 + this) is closed in one step
 DIVERGENCE_FACTOR = 10.0    # a mean loss above this × L(0) counts as divergence
@@ -82,7 +85,7 @@ class Schedule:
     _STATE = ("t", "eta", "lambda_top", "next_index", "steps", "active", "complete")
 
     @classmethod
-    def for_training(cls, times: Sequence[float], training: Any) -> "Schedule":
+    def for_training(cls, times: "Sequence[float] | np.ndarray", training: TrainingConfig) -> "Schedule":
         """The schedule of a run with these measurement times and ``[training]`` settings (``eta_max``,
         ``eta_safety``, ``max_steps``, ``stop_loss``)."""
         return cls(tuple(float(x) for x in times), training.eta_max, training.eta_safety, training.max_steps,

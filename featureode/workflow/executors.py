@@ -146,7 +146,8 @@ class _LocalPool:
         self.capacity = 2 * jobs
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["featureode.workflow.sweeps"])
-        self._ctx, self._pool = ctx, None
+        self._ctx = ctx
+        self._pool: cf.ProcessPoolExecutor | None = None
 
     def submit(self, fn: Callable, arg: Any) -> cf.Future:
         if self._pool is None:

@@ -159,7 +159,8 @@ class Grid:
         points that a name template maps to one folder are refused, naming both."""
         if self.size > self.MAX_POINTS:
             raise GridError(f"{self.source} has {self.size} points, more than {self.MAX_POINTS}; split the grid")
-        out, seen = [], {}
+        out: list[Point] = []
+        seen: dict[str, Any] = {}
         for i, combo in enumerate(itertools.product(*(ax.values for ax in self.axes))):
             values = {k: v for ax, vals in zip(self.axes, combo) for k, v in zip(ax.keys, vals)}
             raw = self.raw_config(Point(i, values, ""), 0) if self.name_template is not None else None
@@ -178,7 +179,7 @@ class Grid:
         """The run-folder name of a point: the template filled from its config ``raw`` (needed only then), else the
         varied values."""
         if self.name_template is not None:
-            return re.sub(r"\{([^}]*)\}", lambda m: slug(raw[m.group(1).split(".")[0]][m.group(1).split(".")[1]]),
+            return re.sub(r"\{([^}]*)\}", lambda m: slug(raw[m.group(1).split(".")[0]][m.group(1).split(".")[1]]),  # type: ignore[index]  # raw is built whenever there is a template
                           self.name_template)
         if not values:
             return "base"

@@ -3,17 +3,20 @@ displacement)``."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from featureode.config import Config
 
+if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
+    from featureode.kernel.theory import KernelTheory
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # the horizon t_max = "auto"
 # ----------------------------------------------------------------------------------------------------------------
-def lazy_t10(theory: Any) -> float:
+def lazy_t10(theory: KernelTheory) -> float:
     """``t10`` of the lazy kernel flow with exact ``λ(0)`` of a :class:`~featureode.kernel.theory.KernelTheory`: the root of
     ``Σ v_β² e^{−2λ_β t} = 0.1 Σ v_β²``, by bisection."""
     v2, lam = np.asarray(theory.target, float) ** 2, np.asarray(theory.lambda_exact, float)

@@ -158,7 +158,7 @@ def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, m
     x_dep = {tuple(r[k] for k in xk): tuple(r[k] for k in dx) for rs in panels.values() for r in rs}
     y_dep = {tuple(r[k] for k in yk): tuple(r[k] for k in dy) for rs in panels.values() for r in rs}
     x_name = ", ".join([label(x)] + [label(k) for k in dx])
-    y_name = ", ".join([label(y)] + [label(k) for k in dy]) if yk else label(metric)
+    y_name = ", ".join([label(y)] + [label(k) for k in dy]) if yk else label(metric)  # type: ignore[arg-type]  # metric is set when there is no y key
     with styled(style) as st:
         if ax is None:
             w = max(4.2, 0.9 * len(xs) + 2.2) if yk else 5.0
@@ -252,7 +252,7 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
     bar = fig.colorbar(im, ax=ax, shrink=0.9)
     bar.set_label(label(metric))
     if ratio:
-        fine = (0.9, 1.1) if norm.vmax < 1.6 else ()
+        fine = (0.9, 1.1) if norm.vmax < 1.6 else ()  # type: ignore[operator]  # the norm is built with both limits
         ticks = [t for t in (0.25, 0.5, 0.67, 0.8, *fine, 1.0, 1.25, 1.5, 2.0, 4.0) if norm.vmin <= t <= norm.vmax]
         bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
         bar.minorticks_off()

@@ -34,7 +34,7 @@ from featureode.results.trajectory import (
     write_json,
     write_text,
 )
-from featureode.workflow.executors import _Inline, make_executor  # noqa: F401  (make_executor re-exported)
+from featureode.workflow.executors import Executor, _Inline, make_executor  # noqa: F401  (make_executor re-exported)
 from featureode.workflow.grid import (
     Grid,
     GridError,
@@ -175,7 +175,7 @@ def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def run_sweep(grid: Grid, out: "str | Path", executor: Any = None, ode_only: bool = False, force: bool = False,
+def run_sweep(grid: Grid, out: "str | Path", executor: Executor | None = None, ode_only: bool = False, force: bool = False,
               progress: bool = True, yes: bool = False, title: str | None = None) -> SweepResult:
     """Run every run of ``grid`` into ``out/runs/`` (reusing finished ones) on ``executor`` (default: this process),
     write ``results.csv`` (+ parquet) as runs complete and ``summary.md``/``summary.json`` at the end.
@@ -292,7 +292,7 @@ def point_config(grid: Grid, point: str, seed: int = 0) -> Config:
     raise GridError(f"unknown point {point!r} in {grid.source}" + suggest(point, [p.name for p in points]))
 
 
-def run_suite(name: str, out: "str | Path", executor: Any = None, basis: str = "target", force: bool = False,
+def run_suite(name: str, out: "str | Path", executor: Executor | None = None, basis: str = "target", force: bool = False,
               progress: bool = True) -> SweepResult:
     """Run the validation suite ``name`` (a grid file in ``featureode/suites/``) through :func:`run_sweep`."""
     grid = apply_basis(load_grid(suite_path(name)), basis)
