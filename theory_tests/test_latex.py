@@ -21,6 +21,16 @@ from featureode.export.latex import (_num, derive_document, derive_fragment, doc
 from featureode.ode.variants import Variant
 
 
+def latex_ready() -> bool:
+    """pdflatex with booktabs (texlive-latex-base and texlive-latex-recommended), what the documents need."""
+    if shutil.which("pdflatex") is None or shutil.which("kpsewhich") is None:
+        return False
+    return subprocess.run(["kpsewhich", "booktabs.sty"], capture_output=True).returncode == 0
+
+
+NO_LATEX = "pdflatex with booktabs is not installed (texlive-latex-base, texlive-latex-recommended)"
+
+
 def _cfg(**ode):
     return config_from_dict({"data": {"dim": 8}, "target": {"expr": "staircase(2)"}, "ode": ode})
 
@@ -41,7 +51,7 @@ def test_document_shows_terms_variants_and_constants():
         assert text in doc, text
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.skipif(not latex_ready(), reason=NO_LATEX)
 @pytest.mark.parametrize("basis", ["target", "extended", "long"])
 def test_document_compiles_with_pdflatex(tmp_path: Path, basis):
     """It compiles in one pass, and neither the setup paragraph, the term list nor the Constants section (spectrum,
@@ -178,7 +188,7 @@ def _pdflatex(folder: Path, name: str) -> str:
     return (folder / name).with_suffix(".log").read_text(errors="replace")
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.skipif(not latex_ready(), reason=NO_LATEX)
 def test_fragment_and_a_pdf_figure_drop_into_a_two_column_paper(tmp_path: Path):
     """A plain article with amsmath alone \\inputs the fragment; a two-column article with the fragment of every
     built-in closure on the extended basis and the report figure in PDF (column style) compiles with no overfull
