@@ -59,7 +59,11 @@ _EXPORTS: dict[str, str] = {
     "simulate_config": "featureode.sim.mlp",
     # export: LaTeX, reports, figures
     "derive_document": "featureode.export.latex",
+    "derive_fragment": "featureode.export.latex",
     "system_latex": "featureode.export.latex",
+    "save_figure": "featureode.export.style",
+    "variant_colour": "featureode.export.style",
+    "exact_vs_hea_figure": "featureode.export.hea_figure",
     "Report": "featureode.export.report",
     "build_report": "featureode.export.report",
     "report_figure": "featureode.export.report",
@@ -74,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "run_suite": "featureode.workflow.sweeps",
     "run_sweep": "featureode.workflow.sweeps",
     "read_results": "featureode.workflow.table",
+    "load_sweep": "featureode.workflow.table",
     "phase_figure": "featureode.workflow.plot",
     # the version (featureode/_version.py is its one source)
     "__version__": "featureode._version",
@@ -112,8 +117,10 @@ if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the 
     from featureode.core.errors import FeatureODEError
     from featureode.core.registry import Registry
     from featureode.export.diagnostics import diagnostics_figure
-    from featureode.export.latex import derive_document, system_latex
+    from featureode.export.hea_figure import exact_vs_hea_figure
+    from featureode.export.latex import derive_document, derive_fragment, system_latex
     from featureode.export.report import Report, build_report, report_figure
+    from featureode.export.style import save_figure, variant_colour
     from featureode.kernel.network import Network
     from featureode.kernel.parametrization import register_parametrization
     from featureode.kernel.theory import KernelTheory, kernel_report, kernel_theory, kernel_theory_batch
@@ -130,4 +137,4 @@ if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the 
     from featureode.workflow.grid import Grid, load_grid, suite_names
     from featureode.workflow.plot import phase_figure
     from featureode.workflow.sweeps import run_suite, run_sweep
-    from featureode.workflow.table import read_results
+    from featureode.workflow.table import load_sweep, read_results

@@ -145,9 +145,11 @@ def cmd_kernel(args: argparse.Namespace) -> int:
 
 def cmd_derive(args: argparse.Namespace) -> int:
     """``featureode derive``: the LaTeX document of the config's ODE family."""
-    from featureode.export.latex import derive_document
+    from featureode.export.latex import derive_document, derive_fragment
 
-    text = derive_document(_config(args))
+    cfg = _config(args)
+    labels = not args.no_labels
+    text = derive_fragment(cfg, labels) if args.fragment else derive_document(cfg, labels=labels)
     if args.latex:
         Path(args.latex).parent.mkdir(parents=True, exist_ok=True)
         Path(args.latex).write_text(text)
@@ -436,10 +438,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "and the config's power law) with the config's activation and bias_std (.png, .pdf or .svg)")
     figure_options(k, fmt=False)
 
-    dv = add("derive", cmd_derive, "standalone LaTeX document of the ODE system of a config")
+    dv = add("derive", cmd_derive, "LaTeX of the ODE system of a config: a standalone document, or a fragment")
     dv.add_argument("config", nargs="?", default=None, help=config_help)
     add_set(dv)
     dv.add_argument("--latex", metavar="FILE", help="write the document here (default: print it)")
+    dv.add_argument("--fragment", action="store_true",
+                    help="the equations alone (a shared block and each variant's differences), to \\input into a "
+                         "paper; needs amsmath only, computes no kernel quantity")
+    dv.add_argument("--no-labels", action="store_true", help="drop the term names under braces (plain equations)")
 
     for name, fn, help_ in (("solve", cmd_solve, "integrate the ODE variants of a config"),
                             ("simulate", cmd_simulate, "train the MLP of a config"),

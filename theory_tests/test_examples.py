@@ -13,6 +13,7 @@ import pytest
 
 from featureode.cli import main
 from featureode.config import load_config
+from test_latex import NO_LATEX, latex_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -84,7 +85,7 @@ def test_ablation_example_is_consistent(tmp_path):
     assert v["displacement"]["t10"] < v["lazy"]["t10"]
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed")
+@pytest.mark.skipif(not latex_ready(), reason=NO_LATEX)
 def test_latex_export_of_ablation_compiles(tmp_path):
     tex = tmp_path / "ablation.tex"
     assert main(["derive", str(EXAMPLES / "ablation.toml"), "--latex", str(tex)]) == 0

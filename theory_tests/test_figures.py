@@ -160,3 +160,18 @@ def test_variant_colours_are_fixed_for_builtins_and_hashed_for_others():
     builtin = {variant_colour(n) for n in ("lazy", "agop", "displacement", "second_order", "resummed", "replay")}
     assert len(builtin) == 6 and variant_colour("exp_displacement") not in builtin
     np.testing.assert_equal(variant_colour("exp_displacement"), variant_colour("exp_displacement"))
+
+
+@pytest.mark.slow
+def test_compare_writes_its_figures_in_the_asked_format(tmp_path):
+    """compare --format pdf --style column on a tiny network: report.pdf and report_diagnostics.pdf, no PNG, and the
+    report.md shows the PDF (about 15 s on one core)."""
+    sets = ["data.dim=4", "target.expr=z0", "network.width=32", "training.batch=64", "training.n_test=500",
+            "training.n_points=8", "training.t_max=6.0", "training.compile=false", 'training.device="cpu"',
+            'ode.variants=["lazy", "displacement"]', 'ode.basis="target"']
+    out = tmp_path / "cmp"
+    assert main(["compare", "--out", str(out), "--format", "pdf", "--style", "column", "--quiet"]
+                + [a for s in sets for a in ("--set", s)]) == 0
+    assert (out / "report.pdf").read_bytes().startswith(b"%PDF")
+    assert (out / "report_diagnostics.pdf").read_bytes().startswith(b"%PDF")
+    assert not list(out.glob("*.png")) and "![report](report.pdf)" in (out / "report.md").read_text()

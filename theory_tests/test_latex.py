@@ -16,8 +16,19 @@ from _ode_theories import C, LEVELS, extended_theory, make_theory, theory_from_m
 from featureode.ode import terms as ode
 from featureode.config import config_from_dict
 from featureode.calculus.hermite import Mode
-from featureode.export.latex import _num, derive_document, expr_latex, mode_latex, system_latex, tex_text
+from featureode.export.latex import (_num, derive_document, derive_fragment, doc_latex, expr_latex, mode_latex,
+                                     system_latex, tex_text)
 from featureode.ode.variants import Variant
+
+
+def latex_ready() -> bool:
+    """pdflatex with booktabs (texlive-latex-base and texlive-latex-recommended), what the documents need."""
+    if shutil.which("pdflatex") is None or shutil.which("kpsewhich") is None:
+        return False
+    return subprocess.run(["kpsewhich", "booktabs.sty"], capture_output=True).returncode == 0
+
+
+NO_LATEX = "pdflatex with booktabs is not installed (texlive-latex-base, texlive-latex-recommended)"
 
 
 def _cfg(**ode):
@@ -40,7 +51,7 @@ def test_document_shows_terms_variants_and_constants():
         assert text in doc, text
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.skipif(not latex_ready(), reason=NO_LATEX)
 @pytest.mark.parametrize("basis", ["target", "extended", "long"])
 def test_document_compiles_with_pdflatex(tmp_path: Path, basis):
     """It compiles in one pass, and neither the setup paragraph, the term list nor the Constants section (spectrum,
@@ -118,7 +129,8 @@ def test_long_spectrum_is_shortened_and_says_so():
 
 def test_ablation_changes_the_rendering():
     full, cut = (system_latex(Variant("agop", ablate=a).system()) for a in ([], ["agop_growth"]))
-    assert r"\underbrace{\kappa" in full and r"removed: \texttt{agop\_growth}" in cut and r"\kappa" not in cut
+    # constants first in a sum (issue 21): 1 + κ Σ …, not κ Σ … + 1
+    assert r"\underbrace{1 + \kappa" in full and r"removed: \texttt{agop\_growth}" in cut and r"\kappa" not in cut
 
 
 def test_text_helpers():
@@ -137,3 +149,62 @@ def test_printer_uses_design_notation():
         assert expr_latex(expr) == tex, (expr, expr_latex(expr))
     assert expr_latex(ode.mode_sum(ode.D[b])) == r"\sum_{\beta \in \mathcal{B}} D_{\beta}"
     assert expr_latex(ode.direction_product(ode.r[i])) == r"\prod_{i=0}^{d-1} r_{i}"
+
+
+def test_natural_term_order_and_math_in_prose():
+    """The residual prints v − f, constants lead a sum, a bracketed sum follows the other factors; the lazy closure's
+    description r_i = 1 is math, not escaped text."""
+    doc = derive_document(CFG, make_theory("staircase(2)"))
+    assert r"v_{\beta} - f_{\beta}" in doc and r"- f_{\beta} + v_{\beta}" not in doc
+    assert r"\lambda_{\beta} \left(v_{\beta} - f_{\beta}\right)" in doc
+    assert r"1 + \kappa \sum" in doc and r"+ 1}" not in doc
+    assert r"$r_{i} = 1$: the pure kernel regime" in doc and r"r\_i" not in doc
+    assert doc_latex("D accumulates η and x_{ij} ≥ 0") == r"$D$ accumulates $\eta$ and $x_{ij} \ge 0$"
+
+
+def test_one_shared_block_and_per_variant_differences():
+    doc = derive_document(CFG, make_theory("staircase(2)"))
+    assert doc.count(r"\frac{d f_\beta}{dt}") == 1 and doc.count(r"\frac{d D_\beta}{dt}") == 1
+    assert doc.count("r_i &=") == 4  # the one equation every variant has its own form of
+    for label in ("lazy+scale", "agop+scale", "displacement+scale", "mine"):
+        assert rf"\intertext{{\texttt{{{tex_text(label)}}}:}}" in doc
+    assert r"\toprule" in doc and r"\midrule" in doc and r"\bottomrule" in doc and r"\hline" not in doc
+
+
+def test_fragment_is_equations_only_with_or_without_labels():
+    frag = derive_fragment(CFG)
+    assert r"\documentclass" not in frag and r"\section" not in frag and r"\begin{document}" not in frag
+    assert r"\underbrace" in frag and r"\texttt{kernel\_flow}" in frag
+    plain = derive_fragment(CFG, labels=False)
+    assert r"\underbrace" not in plain and r"\texttt{kernel\_flow}" not in plain
+    # the bodies put in place, bracketed where a sum is a factor: ρ_β = s Π_i r_i^{β_i} (no scale: removed → 1)
+    assert r"\frac{d f_\beta}{dt} &= \lambda_{\beta} \left(v_{\beta} - f_{\beta}\right)" in plain
+
+
+def _pdflatex(folder: Path, name: str) -> str:
+    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", name], cwd=folder,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:]
+    return (folder / name).with_suffix(".log").read_text(errors="replace")
+
+
+@pytest.mark.skipif(not latex_ready(), reason=NO_LATEX)
+def test_fragment_and_a_pdf_figure_drop_into_a_two_column_paper(tmp_path: Path):
+    """A plain article with amsmath alone \\inputs the fragment; a two-column article with the fragment of every
+    built-in closure on the extended basis and the report figure in PDF (column style) compiles with no overfull
+    box over 1 pt."""
+    from test_figures import _report
+
+    cfg = _cfg(variants=["lazy", "agop", "displacement", "second_order", "resummed"], basis="extended")
+    (tmp_path / "ode.tex").write_text(derive_fragment(cfg))
+    _report().write(tmp_path, fmt="pdf", style="column")
+    (tmp_path / "plain.tex").write_text("\\documentclass{article}\n\\usepackage{amsmath}\n\\begin{document}\n"
+                                        "\\input{ode}\n\\end{document}\n")
+    _pdflatex(tmp_path, "plain.tex")
+    (tmp_path / "paper.tex").write_text(
+        "\\documentclass[twocolumn]{article}\n\\usepackage{amsmath,booktabs,graphicx}\n\\begin{document}\n"
+        "\\section{Model}\nText.\n\\input{ode}\nText.\n\\begin{figure}[t]\n\\includegraphics{report.pdf}\n"
+        "\\caption{ODE against MLP.}\n\\end{figure}\n\\end{document}\n")
+    log = _pdflatex(tmp_path, "paper.tex")
+    over = [float(x) for x in re.findall(r"Overfull \\[hv]box \(([\d.]+)pt too", log)]
+    assert all(x <= 1.0 for x in over), log[-3000:]

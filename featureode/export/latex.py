@@ -1,18 +1,29 @@
-"""LaTeX rendering of feature-ODE systems (DESIGN §4) and the standalone ``derive`` document.
+"""LaTeX rendering of feature-ODE systems and the ``derive`` outputs: a standalone document and a fragment.
 
 :func:`system_latex` prints a resolved system in indexed form, each term under a brace with its name (removed terms
-show their neutral value, replaced ones are marked). :func:`derive_document` writes a document that compiles with
-plain ``pdflatex`` (amsmath, amssymb and geometry, all in texlive-latex-base): setup, the terms, every
-variant with its ablations, and the constants with their values (numbers as ``m \\times 10^{e}`` outside
-``[10⁻³, 10⁴)``, long tables broken across pages).
+show their neutral value, replaced ones are marked; ``labels=False`` prints the plain equations). Terms are printed
+in their natural order: numbers first, then the positive terms, then the negative ones (``1 + q \\sum …``,
+``v_\\beta - f_\\beta``), and a bracketed sum after the other factors (``\\lambda_\\beta (v_\\beta - f_\\beta)``);
+each formula is printed from its one SymPy expression.
+
+:func:`equations_latex` is the ODE family of several variants as one shared block (the equations every variant
+has alike) and, per variant, the equations where it differs. :func:`derive_fragment` (``derive --fragment``) is
+that block alone, to ``\\input`` into a paper (needs amsmath only). :func:`derive_document` writes a document that
+compiles with plain ``pdflatex`` (amsmath, amssymb and geometry from texlive-latex-base, booktabs from
+texlive-latex-recommended): setup, the terms, the shared system, every variant's differences and facts, and the
+constants with their values in booktabs tables (numbers as ``m \\times 10^{e}`` outside ``[10⁻³, 10⁴)``, long tables
+broken across pages).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+import re
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import sympy as sp
 from sympy.printing.latex import LatexPrinter
+
+from sympy.core.function import AppliedUndef
 
 from featureode.ode import terms as ode
 from featureode.calculus.hermite import Mode
@@ -45,6 +56,31 @@ def tex_text(text: str) -> str:
     return "".join(_TEX_ESCAPES.get(ch, ch) for ch in text)
 
 
+_GREEK = {"α": r"\alpha", "β": r"\beta", "γ": r"\gamma", "δ": r"\delta", "η": r"\eta", "κ": r"\kappa",
+          "λ": r"\lambda", "μ": r"\mu", "ρ": r"\rho", "σ": r"\sigma", "Σ": r"\Sigma", "Λ": r"\Lambda",
+          "θ": r"\theta", "Θ": r"\Theta"}
+# symbols in prose: x_i, x_{ij}, D_beta, a Greek letter (with a subscript), a single capital letter used as a variable,
+# each optionally "= value"
+_MATH_WORD = re.compile(r"(?<![\w\\])((?:[A-Za-z]|[α-ωΑ-Ω])(?:_(?:\{[^}]*\}|[A-Za-z0-9]+))+|[α-ωΑ-Ω]|(?<![A-Za-z-])"
+                        r"[B-HJ-Z](?![A-Za-z-]))((?:\s*[=≤≥<>]\s*[-+]?[0-9.]+)?)")
+
+
+def doc_latex(text: str) -> str:
+    """A term's or closure's one-line description for LaTeX: prose escaped, the symbols in it (``r_i = 1``, ``D``,
+    Greek letters) in math mode."""
+    out, last = [], 0
+    for m in _MATH_WORD.finditer(text):
+        out.append(tex_text(text[last:m.start()]))
+        sym, rel = m.group(1), m.group(2)
+        sym = "".join(_GREEK.get(ch, ch) + (" " if ch in _GREEK else "") for ch in sym).strip()
+        sym = re.sub(r"_([A-Za-z0-9]+)", r"_{\1}", sym).replace(" _", "_")
+        rel = rel.replace("≤", r"\le").replace("≥", r"\ge")
+        out.append(f"${sym}{rel}$")
+        last = m.end()
+    out.append(tex_text(text[last:]))
+    return "".join(out)
+
+
 def mode_latex(mode: Mode) -> str:
     """``h_α`` in math mode: ``z_0 z_1``, ``h_2(z_0)``, ``1``."""
     if not mode.items:
@@ -60,6 +96,30 @@ class _Printer(LatexPrinter):
         super().__init__({"mul_symbol": None})
         self.fill = dict(fill or {})
         self.space = space or ode.index_space()
+
+    def _as_ordered_terms(self, expr: sp.Expr, order: Any = None) -> list:
+        """The terms of a sum in natural order: positive numbers, then positive terms, then negative ones (SymPy's
+        order within each group)."""
+        terms = super()._as_ordered_terms(expr, order=order)
+        if not isinstance(expr, sp.Add):
+            return terms
+
+        def group(term: sp.Expr) -> int:
+            if term.could_extract_minus_sign():
+                return 2
+            return 0 if term.is_number else 1
+        return sorted(terms, key=group)
+
+    def _print_Mul(self, expr: sp.Expr) -> str:
+        """A product with a bracketed sum: the other factors first (``\\lambda_\\beta (v_\\beta - f_\\beta)``); any
+        other product as SymPy prints it."""
+        factors = expr.as_ordered_factors()
+        if expr.could_extract_minus_sign() or not any(isinstance(f, sp.Add) for f in factors) or any(
+                isinstance(f, sp.Pow) and f.exp.is_negative for f in factors):
+            return super()._print_Mul(expr)
+        ordered = sorted(factors, key=lambda f: 0 if f.is_number else 2 if isinstance(f, sp.Add) else 1)
+        parts = [rf"\left({self._print(f)}\right)" if isinstance(f, sp.Add) else self._print(f) for f in ordered]
+        return " ".join(parts)
 
     def _print_Indexed(self, expr: sp.Indexed) -> str:
         template = _INDEXED.get(str(expr.base))
@@ -102,8 +162,8 @@ def expr_latex(expr: sp.Expr) -> str:
     return _Printer().doprint(expr)
 
 
-def system_latex(system: ode.System) -> str:
-    """The system as an ``align*`` block, every term braced and named (removed: neutral value, marked)."""
+def _fill(system: ode.System) -> dict[str, tuple[sp.Expr, str]]:
+    """Each term placeholder of ``system``: its body (a removed term: its neutral value) and its brace label."""
     fill = {}
     for t in system.terms:
         mark = " (replaced)" if t.name in system.replaced else ""
@@ -111,9 +171,68 @@ def system_latex(system: ode.System) -> str:
     for name in system.removed:
         term = next(t for t in _all_terms() if t.name == name)
         fill[name] = (term.neutral, rf"removed: \texttt{{{tex_text(name)}}}")
-    printer = _Printer(fill, system.space)
-    rows = [rf"{_LHS[a.name]} &= {printer.doprint(a.template)}" for a in system.assignments]
+    return fill
+
+
+def assignment_rows(system: ode.System, labels: bool = True) -> list[tuple[str, str]]:
+    """``(name, "LHS &= RHS")`` per assignment of ``system``; ``labels``: each term under a brace with its name,
+    else the plain equation (the term bodies put in place)."""
+    fill = _fill(system)
+    printer = _Printer(fill if labels else {}, system.space)
+    rows = []
+    for a in system.assignments:
+        template = a.template
+        # a sum of several terms: one term per line (a displayed line fits a column of a two-column page)
+        parts = list(template.args) if isinstance(template, sp.Add) and sum(
+            isinstance(x, AppliedUndef) and type(x).__name__ in fill for x in template.args) > 1 else [template]
+        if not labels:
+            parts = [x.xreplace({f: fill[type(f).__name__][0] for f in x.atoms(AppliedUndef)
+                                 if type(f).__name__ in fill}) for x in parts]
+        texts = [printer.doprint(x) for x in parts]
+        body = texts[0] + "".join(rf" \\ &\qquad {'- ' + t[1:].lstrip() if t.startswith('-') else '+ ' + t}"
+                                  for t in texts[1:])
+        rows.append((a.name, rf"{_LHS[a.name]} &= {body}"))
+    return rows
+
+
+def system_latex(system: ode.System, labels: bool = True) -> str:
+    """The system as an ``align*`` block, every term braced and named (removed: neutral value, marked), or the
+    plain equations with ``labels=False``."""
+    rows = [row for _, row in assignment_rows(system, labels)]
     return "\\begin{align*}\n" + " \\\\\n".join(rows) + "\n\\end{align*}"
+
+
+def shared_and_different(variants: Sequence[Variant], basis: str, labels: bool = True
+                         ) -> tuple[list[str], dict[str, list[str]]]:
+    """The equations every variant has alike (in system order) and, per variant label, those where it differs."""
+    systems = {v.label: assignment_rows(v.system(basis), labels) for v in variants}
+    order = list(dict.fromkeys(name for rows in systems.values() for name, _ in rows))
+    by_name = {label: dict(rows) for label, rows in systems.items()}
+    shared, differ = [], {label: [] for label in systems}
+    for name in order:
+        texts = {label: rows.get(name) for label, rows in by_name.items()}
+        if len(set(texts.values())) == 1 and None not in texts.values():
+            shared.append(next(iter(texts.values())))
+        else:
+            for label, text in texts.items():
+                if text is not None:
+                    differ[label].append(text)
+    return shared, differ
+
+
+def equations_latex(variants: Sequence[Variant], basis: str, labels: bool = True) -> str:
+    """The ODE family of ``variants`` as LaTeX: one ``align*`` block of the shared equations, then one of the
+    equations per variant (named on their first line), for variants that differ."""
+    shared, differ = shared_and_different(variants, basis, labels)
+    out = "\\begin{align*}\n" + " \\\\\n".join(shared) + "\n\\end{align*}"
+    if any(differ.values()):
+        rows = []
+        for label, eqs in differ.items():  # the variant's name between the rows (narrow enough for a column)
+            for k, eq in enumerate(eqs):
+                rows.append((rf"\intertext{{\texttt{{{tex_text(label)}}}:}}" + "\n" if k == 0 else "") + eq)
+        out += ("\n" + ("with, per variant:" if len(differ) > 1 else "with:") + "\n\\begin{align*}\n"
+                + " \\\\\n".join(rows) + "\n\\end{align*}")
+    return out
 
 
 def _all_terms() -> list[ode.Term]:
@@ -139,7 +258,7 @@ TABLE_ROWS = 40
 
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]], align: str | None = None) -> str:
-    """A ruled table; ``align`` one letter per column (default: first column left, the others right). More than
+    """A booktabs table; ``align`` one letter per column (default: first column left, the others right). More than
     :data:`TABLE_ROWS` rows become consecutive tabulars with the header repeated, so the table breaks across pages
     (in one pdflatex pass, unlike ``longtable``)."""
     header = list(header)
@@ -147,16 +266,18 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]], align: str | No
     body = [" & ".join(row) + r" \\" for row in rows]
     parts = []
     for start in range(0, max(len(body), 1), TABLE_ROWS):
-        parts.append("\n".join([rf"\begin{{tabular}}{{{align}}}", r"\hline", " & ".join(header) + r" \\", r"\hline"]
-                               + body[start:start + TABLE_ROWS] + [r"\hline", r"\end{tabular}"]))
+        parts.append("\n".join([rf"\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(header) + r" \\",
+                                r"\midrule"] + body[start:start + TABLE_ROWS] + [r"\bottomrule", r"\end{tabular}"]))
     return "\n\n\\smallskip\n".join(parts)
 
 
 def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
+    """A variant's facts (closure, constants, removed and replaced terms); its equations are in the System
+    section (:func:`equations_latex`)."""
     system = variant.system(basis)
     closure = variant.closure_obj
     kappa = theory.kappa if variant.kappa is None else variant.kappa
-    facts = [rf"closure \texttt{{{tex_text(closure.name)}}}: {tex_text(closure.doc)}"]
+    facts = [rf"closure \texttt{{{tex_text(closure.name)}}}: {doc_latex(closure.doc)}"]
     if any(sp.Symbol("kappa") in a.expr.free_symbols for a in system.assignments):
         facts.append(rf"$\kappa = {_num(kappa)}$" + (r" (derived, $\gamma^2 c_1/\Lambda_1^2$)"
                                                       if variant.kappa is None else " (given)"))
@@ -172,8 +293,7 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
         name, q = closure_prefactor(theory)
         facts.append(rf"$q = {_num(q)}$ (closure prefactor of the {tex_text(name)} parametrization)")
     facts += [rf"${expr_latex(sp.Symbol(k))} = {_num(val)}$" for k, val in variant.param_values.items()]
-    out = (rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
-           + system_latex(system))
+    out = rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
     if uses & {ode.S, ode.U, ode.V}:
         out += "\n" + _second_order_table(theory)
     return out
@@ -202,12 +322,14 @@ def _spectrum_table(g: np.ndarray) -> str:
     index = list(range(g.size))
     if g.size > SPECTRUM_SHOWN:
         index = index[: SPECTRUM_SHOWN - _SPECTRUM_COLUMNS] + index[-_SPECTRUM_COLUMNS:]
-    lines = [rf"\begin{{tabular}}{{{'r' * _SPECTRUM_COLUMNS}}}", r"\hline"]
+    lines = [rf"\begin{{tabular}}{{{'r' * _SPECTRUM_COLUMNS}}}", r"\toprule"]
     for start in range(0, len(index), _SPECTRUM_COLUMNS):
         block = index[start:start + _SPECTRUM_COLUMNS]
         pad = [""] * (_SPECTRUM_COLUMNS - len(block))
-        lines += [" & ".join([rf"$g_{{{i}}}$" for i in block] + pad) + r" \\",
-                  " & ".join([f"${_num(g[i], 4)}$" for i in block] + pad) + r" \\", r"\hline"]
+        lines += [" & ".join([rf"$g_{{{i}}}$" for i in block] + pad) + r" \\", r"\midrule" if start == 0 else
+                  r"\cmidrule(lr){1-8}", " & ".join([f"${_num(g[i], 4)}$" for i in block] + pad) + r" \\",
+                  r"\midrule"]
+    lines[-1] = r"\bottomrule"
     lines.append(r"\end{tabular}")
     note = ""
     if g.size > SPECTRUM_SHOWN:
@@ -252,9 +374,10 @@ def _spectrum_text(cfg: Any) -> str:
             r"$i = 0, \dots, d-1$, normalised to $\sum_i g_i = 1$")
 
 
-def derive_document(cfg: Config, theory: KernelTheory | None = None) -> str:
+def derive_document(cfg: Config, theory: KernelTheory | None = None, labels: bool = True) -> str:
     """A standalone LaTeX document for the config's ODE family (``theory``: a ``KernelTheory``; computed with
-    ``featureode.kernel.theory.kernel_theory`` when ``None``)."""
+    ``featureode.kernel.theory.kernel_theory`` when ``None``; ``labels=False``: equations without the term
+    names under braces)."""
     o = cfg.ode
     if theory is None:
         from featureode.kernel import theory as kernel
@@ -278,15 +401,30 @@ def derive_document(cfg: Config, theory: KernelTheory | None = None) -> str:
     terms += [v.closure_obj.term for v in variants if v.closure_obj.term is not None
               and v.closure_obj.term.name not in {t.name for t in terms}]
     # each term's body on its own displayed line: an inline formula cannot break and overflowed the margin
-    items = "\n".join(rf"\item[\texttt{{{tex_text(t.name)}}}] {tex_text(t.doc)}:"
+    items = "\n".join(rf"\item[\texttt{{{tex_text(t.name)}}}] {doc_latex(t.doc)}:"
                       rf"\[ {expr_latex(t.body)} \qquad \text{{(removed: ${expr_latex(t.neutral)}$)}} \]"
                       for t in terms)
     parts = [r"\documentclass[11pt]{article}", r"\usepackage[margin=2cm]{geometry}",
-             r"\usepackage{amsmath,amssymb}",
+             r"\usepackage{amsmath,amssymb,booktabs}",
              r"\allowdisplaybreaks", r"\begin{document}",
              rf"\section*{{Feature ODE for \texttt{{{tex_text(cfg.target.expr)}}}}}", setup, "",
              notation, r"\section*{Terms}", r"\begin{description}", items, r"\end{description}",
+             r"\section*{System}", "Every variant integrates", equations_latex(variants, o.basis, labels),
              r"\section*{Variants}"]
     parts += [_variant_section(v, o.basis, theory) for v in variants]
     parts += [_constants(theory), r"\end{document}", ""]
     return "\n".join(parts)
+
+
+def derive_fragment(cfg: Any, labels: bool = True) -> str:
+    """``derive --fragment``: the equations of the config's ODE family alone (:func:`equations_latex`: a shared
+    block and each variant's differences), to ``\\input`` into a paper; it needs ``\\usepackage{amsmath}`` only.
+    No kernel quantity is computed (the constants are in the standalone document)."""
+    o = cfg.ode
+    variants = variants_from_config(o, allow_replay=True)  # replay is measured, not an ODE: not typeset
+    names = ", ".join(v.label for v in variants)
+    head = [f"% featureode derive --fragment: the feature ODE of target {cfg.target.expr} (d = {cfg.data.dim}, "
+            f"{cfg.network.activation}, gamma = {cfg.network.richness:g}) on the {o.basis} basis",
+            f"% variants: {names}. Needs \\usepackage{{amsmath}}. State per mode beta: f_beta(t), D_beta(t), 0 at t = 0.",
+            ""]
+    return "\n".join(head) + equations_latex(variants, o.basis, labels) + "\n"

@@ -272,7 +272,7 @@ def _tick_label(x: float, _pos: Any = None) -> str:
     return f"{x:g}"
 
 
-def _log_ticks(ax: Any, which: str) -> None:
+def _log_ticks(ax: Any, which: str, compact: bool = False) -> None:
     """Readable ticks on a log axis: at least a factor 4 in range (a nearly constant curve of a short run does not
     leave one sub-decade with no or repeated labels), labels 1-2-5 per decade on short ranges, plain numbers."""
     from matplotlib import ticker
@@ -284,7 +284,10 @@ def _log_ticks(ax: Any, which: str) -> None:
         lo, hi = mid / 2, mid * 2
         set_(lo, hi)
     decades = math.log10(hi / lo)
-    subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0, 3.0) if decades <= 3.5 else (1.0,)
+    if compact:  # a paper-sized panel: fewer labels (8 pt text)
+        subs = (1.0, 3.0) if decades <= 2 else (1.0,)
+    else:
+        subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0, 3.0) if decades <= 3.5 else (1.0,)
     axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_major_locator(ticker.LogLocator(base=10, subs=subs, numticks=30))
     axis.set_major_formatter(ticker.FuncFormatter(_tick_label))
@@ -325,7 +328,7 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None, 
         if len(axes) == 3:
             _mode_panels(axes[1], axes[2], report, shown_variants, small, st.compact)
         for a, which in ((axes[0], "x"), (axes[0], "y")) + (((axes[2], "y"),) if len(axes) == 3 else ()):
-            _log_ticks(a, which)
+            _log_ticks(a, which, st.compact)
         if own:
             cfg = report.config
             head = (f"{cfg.target.expr}, $d = {cfg.data.dim}$, $\\gamma = {cfg.network.richness:g}$, "
