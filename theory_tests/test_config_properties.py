@@ -40,7 +40,7 @@ NUMERIC = {
     ("training", "stop_loss"): ("float", 0, 1, False, True),    # a floor on L/L(0) in [0, 1)
     ("ode", "kappa"): ("float", 0, 100, False, False),
     ("ode", "extended_degree"): ("int", 0, 6, False, False),
-    ("ode", "extended_max_modes"): ("int", 1, 10**4, False, False),
+    ("ode", "extended_max_modes"): ("int", 1, 5000, False, False),    # a stated limit (Gram cost)
     ("ode", "rtol"): ("float", 0, 1, True, True),
     ("ode", "atol"): ("float", 0, 1, True, False),
     ("ode", "n_points"): ("int", 2, 10**5, False, False),        # t = 0 and at least one more time

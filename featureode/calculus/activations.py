@@ -641,10 +641,12 @@ def from_expression(text: "str | sp.Expr", name: str | None = None, precision: i
     if isinstance(text, str):
         try:
             expr = sp.sympify(text, locals={"u": U, "x": U, "Phi": lambda t: _Phi(t)})
-        except (sp.SympifyError, SyntaxError, TypeError) as exc:
+        except (sp.SympifyError, SyntaxError, TypeError, ValueError, AttributeError, NameError) as exc:
             raise ActivationError(f"cannot parse activation expression {text!r}: {exc}") from None
     else:
         expr = sp.sympify(text).subs({sp.Symbol("u"): U, sp.Symbol("x"): U})
+    if not isinstance(expr, sp.Expr):   # "O", "N", "S": SymPy names that are not expressions
+        raise ActivationError(ACTIVATIONS.unknown_message(str(text)))
     extra = expr.free_symbols - {U}
     if extra or not expr.has(U):
         raise ActivationError(ACTIVATIONS.unknown_message(str(text))

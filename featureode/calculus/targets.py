@@ -34,8 +34,9 @@ class TargetError(FeatureODEError, ValueError):
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
                     r"|(?P<op>\*\*|[-+*/^(),]))", re.ASCII)   # ASCII only: \d would match "０" (U+FF10)
 _FUNCS = {"staircase", "sqrt", "pi"}
-#: The highest ``h<n>`` a target may name.
+#: The highest ``h<n>`` a target may name, and the largest ``k`` of ``staircase(k)``.
 MAX_HERMITE_INDEX = 100
+MAX_STAIRCASE = 100
 _ROUNDOFF = 1e-12  # relative size below which a coefficient from a floating-point rotation is round-off
 
 
@@ -57,6 +58,9 @@ def staircase_expr(k: int, dim: int) -> sp.Expr:
     k = int(k)
     if k < 1 or k > dim:
         raise TargetError(f"staircase({k}) needs 1 ≤ k ≤ d = {dim}")
+    if k > MAX_STAIRCASE:
+        raise TargetError(f"staircase({k}) is above the supported k ≤ {MAX_STAIRCASE} (its top mode has degree k, "
+                          "and k in the hundreds takes minutes to expand)")
     zs = [_z(i) for i in range(k)]
     return sum((sp.Mul(*zs[:j]) for j in range(1, k + 1)), sp.Integer(0)) / sp.sqrt(k)
 

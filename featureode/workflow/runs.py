@@ -292,6 +292,9 @@ def claim(out: "str | Path", cfg: Config, force: bool = False, wait: float | Non
         unmark_finished(out)   # new work starts: the folder is finished again only when it says so at the end
         write_json(out / STAMP, {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
                                  "provenance": provenance(cfg.training.device), **(extra or {})}, indent=2)
+    except FileExistsError:   # a folder of another config (raised above)
+        release(out)
+        raise
     except OSError as exc:   # EACCES, EROFS, ENOSPC, …
         release(out)
         raise _writable(out, exc) from None
