@@ -542,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:   # the file system: EROFS, ENOSPC, EACCES, ENAMETOOLONG, … (not a bug)
         if args.traceback:
             raise
-        print(f"featureode: error: {' '.join(_os_error_text(exc).split())}", file=sys.stderr)
+        print(f"featureode: error: {' '.join(_os_error_text(exc).split())}", file=sys.stderr)  # one line
         return 2
     except Exception as exc:
         if args.traceback or not isinstance(exc, USER_ERRORS):

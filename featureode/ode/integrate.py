@@ -29,7 +29,6 @@ the right-hand side without any Python in between, and its machine code is cache
 from __future__ import annotations
 
 import inspect
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 

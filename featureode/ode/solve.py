@@ -41,8 +41,6 @@ from featureode.results.trajectory import ODEResult, Status, Trajectory
 from featureode.ode.variants import Variant, variants_from_config
 
 if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
-    from featureode.config import Config
-    from featureode.kernel.second_order import SecondOrder
     from featureode.kernel.theory import KernelTheory
 
 JACOBIAN_MAX_STATES = 2000
