@@ -88,14 +88,19 @@ def mode_latex(mode: Mode) -> str:
     return " ".join(f"z_{{{i}}}" if n == 1 else f"h_{{{n}}}(z_{{{i}}})" for i, n in mode.items)
 
 
+#: a term body printed longer than this (LaTeX source characters) is broken at its top-level sums, one per line
+BREAK_CHARS = 120
+
+
 class _Printer(LatexPrinter):
     """LaTeX in DESIGN notation; term placeholders are printed as braces labelled with the term name."""
 
     def __init__(self, fill: Mapping[str, tuple[sp.Expr, str]] | None = None,
-                 space: IndexSpace | None = None) -> None:
+                 space: IndexSpace | None = None, wrap: bool = False) -> None:
         super().__init__({"mul_symbol": None})
         self.fill = dict(fill or {})
         self.space = space or ode.index_space()
+        self.wrap = wrap  # break a long braced sum into lines (the shared block, narrow columns)
 
     def _as_ordered_terms(self, expr: sp.Expr, order: Any = None) -> list:
         """The terms of a sum in natural order: positive numbers, then positive terms, then negative ones (SymPy's
@@ -154,7 +159,12 @@ class _Printer(LatexPrinter):
         if name not in self.fill:
             return super()._print_Function(expr, exp)
         body, label = self.fill[name]
-        return rf"\underbrace{{{self._print(body)}}}_{{\text{{{label}}}}}"
+        tex = self._print(body)
+        if self.wrap and isinstance(body, sp.Add) and len(tex) > BREAK_CHARS:  # a long sum: a term per line
+            terms = [self._print(t) for t in self._as_ordered_terms(body)]
+            lines = [terms[0]] + [f"- {t[1:].lstrip()}" if t.startswith("-") else f"+ {t}" for t in terms[1:]]
+            tex = r"\begin{aligned}[t] &" + r" \\ &".join(lines) + r"\end{aligned}"
+        return rf"\underbrace{{{tex}}}_{{\text{{{label}}}}}"
 
 
 def expr_latex(expr: sp.Expr) -> str:
@@ -174,11 +184,12 @@ def _fill(system: ode.System) -> dict[str, tuple[sp.Expr, str]]:
     return fill
 
 
-def assignment_rows(system: ode.System, labels: bool = True) -> list[tuple[str, str]]:
+def assignment_rows(system: ode.System, labels: bool = True, wrap: bool = False) -> list[tuple[str, str]]:
     """``(name, "LHS &= RHS")`` per assignment of ``system``; ``labels``: each term under a brace with its name,
-    else the plain equation (the term bodies put in place)."""
+    else the plain equation (the term bodies put in place); ``wrap``: a braced sum longer than
+    :data:`BREAK_CHARS` one term per line."""
     fill = _fill(system)
-    printer = _Printer(fill if labels else {}, system.space)
+    printer = _Printer(fill if labels else {}, system.space, wrap)
     rows = []
     for a in system.assignments:
         template = a.template
@@ -205,7 +216,7 @@ def system_latex(system: ode.System, labels: bool = True) -> str:
 def shared_and_different(variants: Sequence[Variant], basis: str, labels: bool = True
                          ) -> tuple[list[str], dict[str, list[str]]]:
     """The equations every variant has alike (in system order) and, per variant label, those where it differs."""
-    systems = {v.label: assignment_rows(v.system(basis), labels) for v in variants}
+    systems = {v.label: assignment_rows(v.system(basis), labels, wrap=True) for v in variants}
     order = list(dict.fromkeys(name for rows in systems.values() for name, _ in rows))
     by_name = {label: dict(rows) for label, rows in systems.items()}
     shared, differ = [], {label: [] for label in systems}
