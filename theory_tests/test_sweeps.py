@@ -148,10 +148,8 @@ def test_dask_local_cluster_matches_local(tmp_path):
     """A real LocalCluster (2 worker processes) gives the same table as the in-process run."""
     pytest.importorskip("distributed")
     grid_path = _write(tmp_path, ODE_GRID.replace("seeds = [0, 1]", "seeds = [0]"))
-    t0 = time.time()
     assert main(["sweep", str(grid_path), "--out", str(tmp_path / "dask"), "--ode-only", "--executor", "dask",
                  "--jobs", "2", "--quiet"]) == 0
-    assert time.time() - t0 < 60
     run_sweep(load_grid(grid_path), tmp_path / "local", ode_only=True, progress=False)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "dask" / "results.csv"),
                                   pd.read_csv(tmp_path / "local" / "results.csv"))
@@ -166,7 +164,7 @@ def test_scheduler_that_does_not_answer(monkeypatch, capsys):
     t0 = time.time()
     with pytest.raises(SweepError, match=rf"nothing answers at tcp://127.0.0.1:{port} \(Connection refused\)"):
         make_executor("dask", 1, f"tcp://127.0.0.1:{port}")
-    assert time.time() - t0 < 15
+    assert time.time() - t0 < 60   # a deadline, not a speed: without one the connection attempt never ends
 
 
 def test_list_prints_points_count_and_estimate(tmp_path, capsys):
