@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -99,12 +100,18 @@ def _mono_mul(m1: tuple, m2: tuple) -> tuple:
         return m2
     if not m2:
         return m1
+    return _mono_mul_cached(m1, m2)
+
+
+@lru_cache(maxsize=1 << 16)
+def _mono_mul_cached(m1: tuple, m2: tuple) -> tuple:
     d = dict(m1)
     for i, e in m2:
         d[i] = d.get(i, 0) + e
     return tuple(sorted(d.items()))
 
 
+@lru_cache(maxsize=1 << 16)
 def _mono_shift(m: tuple, i: int, by: int) -> tuple:
     d = dict(m)
     e = d.get(i, 0) + by
@@ -116,9 +123,15 @@ def _mono_shift(m: tuple, i: int, by: int) -> tuple:
 
 
 def _merge(a: tuple, b: tuple) -> tuple:
-    return tuple(sorted(a + b)) if a and b else (a or b)
+    return _merge_cached(a, b) if a and b else (a or b)
 
 
+@lru_cache(maxsize=1 << 16)
+def _merge_cached(a: tuple, b: tuple) -> tuple:
+    return tuple(sorted(a + b))
+
+
+@lru_cache(maxsize=1 << 14)
 def _replace_one(ms: tuple, j: int, by: int) -> tuple:
     lst = list(ms)
     lst.remove(j)
@@ -126,6 +139,7 @@ def _replace_one(ms: tuple, j: int, by: int) -> tuple:
     return tuple(sorted(lst))
 
 
+@lru_cache(maxsize=1 << 14)
 def _remove_one(ms: tuple, k: int) -> tuple:
     lst = list(ms)
     lst.remove(k)
@@ -148,7 +162,7 @@ def _times_w(F: Scalar, i: int, factor: float = 1.0) -> Scalar:
 
 def _times_P(F: Scalar, k: int, factor: float = 1.0) -> Scalar:
     """``factor · P_k · F``."""
-    return {(na, mo, tuple(sorted(pk + (k,))), ms): factor * c for (na, mo, pk, ms), c in F.items()}
+    return {(na, mo, _merge(pk, (k,)), ms): factor * c for (na, mo, pk, ms), c in F.items()}
 
 
 def _axpy(out: Scalar, F: Scalar, c: float = 1.0) -> None:
@@ -309,6 +323,8 @@ class _TiltedLaws:
         self._sums: dict[tuple[int, int], np.ndarray] = {}
         self._cache: dict[tuple[Gamma, tuple[int, ...], int], tuple[float, np.ndarray, np.ndarray]] = {}
         self._k0: dict = {}
+        self._gpow: dict = {}    # e -> (Σ_i g_i^e, g^e)
+        self._exact: dict = {}   # γ -> the memo of its moments Σ_π Π_B κ_B(0) (shared by every K)
 
     def _contour_sum(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
         """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on the contour of rows ``lo:hi`` (whole grid cached)."""
@@ -335,17 +351,23 @@ class _TiltedLaws:
         key = (gamma, block)
         val = self._k0.get(key)
         if val is None:
-            g = self.law.g
             n = len(block)
             e = n + sum(block)
-            s = float(np.sum(g**e)) + sum(2 * k * g[i] ** e for i, k in gamma)
+            pw = self._gpow.get(e)
+            if pw is None:
+                arr = self.law.g**e
+                pw = self._gpow[e] = (float(np.sum(arr)), arr)
+            s = pw[0] + sum(2 * k * pw[1][i] for i, k in gamma)
             val = self._k0[key] = math.factorial(n - 1) * 2 ** (n - 1) * s
         return val
 
     def _exact_factor(self, gamma: Gamma, ks: tuple[int, ...]) -> float:
         """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``), by the moment–cumulant recursion
         ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)``."""
-        return _moment(tuple(sorted(ks)), lambda B: self._kappa0(gamma, B), {}, 1.0)
+        memo = self._exact.get(gamma)
+        if memo is None:
+            memo = self._exact[gamma] = {}
+        return _moment(tuple(sorted(ks)), lambda B: self._kappa0(gamma, B), memo, 1.0)
 
     def measure(self, gamma: Gamma, ks: tuple[int, ...], power: float) -> tuple[float, np.ndarray, np.ndarray]:
         """``(mass, weights, rows)`` of ``ν_{γ,K}`` for integrands ``≤ Q^{−e/2}`` (``power = |γ| + |K| − e/2``)."""
@@ -404,6 +426,9 @@ class Averager:
         self._moments = {n: readout_moment(net.parametrization, n) for n in range(0, 13)}
         self._order = net.activation.classical_order
         self._requests: list[dict] = []
+        self._odd: dict = {}       # monomial -> its odd directions
+        self._combine: dict = {}   # (left term, right term) -> key of the average of their product
+        self._singular: dict = {}
 
     # recording ---------------------------------------------------------------------------------------------------
     def _record(self, acc: dict, F: Scalar, factor: float = 1.0) -> None:
@@ -419,22 +444,38 @@ class Averager:
 
     def _record_product(self, acc: dict, F: Scalar, G: Scalar, factor: float = 1.0) -> None:
         """``E[F G]`` without forming the product: only terms whose product is even in ``a`` and every ``ŵ_i``."""
+        odd = self._odd
         groups: dict = defaultdict(list)
-        for key, c in G.items():
-            groups[(key[0] % 2, tuple(i for i, e in key[1] if e % 2))].append((key, c))
+        for (nb, mo2, pk2, ms2), c in G.items():
+            cls = odd.get(mo2)
+            if cls is None:
+                cls = odd[mo2] = tuple(i for i, e in mo2 if e % 2)
+            groups[(nb % 2, cls)].append((nb, (mo2, pk2, ms2), c))
         mom = self._moments
+        combine = self._combine
         for (na, mo, pk, ms), c in F.items():
-            cls = (na % 2, tuple(i for i, e in mo if e % 2))
-            for (nb, mo2, pk2, ms2), c2 in groups.get(cls, ()):
+            cls = odd.get(mo)
+            if cls is None:
+                cls = odd[mo] = tuple(i for i, e in mo if e % 2)
+            lst = groups.get((na % 2, cls))
+            if not lst:
+                continue
+            fc = factor * c
+            left = (mo, pk, ms)
+            for nb, right, c2 in lst:
                 n = na + nb
                 ea = mom.get(n, None)
                 if ea is None:
                     raise GrowthError(f"E[a^{n}] is beyond the readout moments the second-order constants use")
                 if not ea:
                     continue
-                mono = _mono_mul(mo, mo2)
-                key = (tuple((i, e // 2) for i, e in mono), _merge(pk, pk2), _merge(ms, ms2))
-                acc[key] = acc.get(key, 0.0) + factor * c * c2 * ea
+                pair = (left, right)
+                key = combine.get(pair)
+                if key is None:
+                    mono = _mono_mul(mo, right[0])
+                    key = combine[pair] = (tuple((i, e // 2) for i, e in mono), _merge(pk, right[1]),
+                                           _merge(ms, right[2]))
+                acc[key] = acc.get(key, 0.0) + fc * c2 * ea
 
     def request(self, F: Scalar) -> int:
         """Record ``E[F]``; returns its handle for :meth:`evaluate`."""
@@ -472,6 +513,13 @@ class Averager:
 
     # evaluation --------------------------------------------------------------------------------------------------
     def singular_power(self, ms: tuple[int, ...]) -> int:
+        """``e`` of :meth:`_singular_power` (memoised per multiset)."""
+        e = self._singular.get(ms)
+        if e is None:
+            e = self._singular[ms] = self._singular_power(ms)
+        return e
+
+    def _singular_power(self, ms: tuple[int, ...]) -> int:
         """``e`` with ``E_b[Π m_j](Q) = O(Q^{−e/2})`` as ``Q → 0``: each ``m_j`` beyond the classical order ``r``
         grows like ``s^{−(j−r)}`` in ``|b| ≲ s``, and averaging over ``b`` (σ_b > 0) gains one power of ``s``."""
         r = self._order
@@ -535,11 +583,13 @@ class Averager:
                 groups[(gamma, ks)].setdefault(ms, []).append((r, c))
         measures = {}
         for (gamma, ks), by_ms in groups.items():
-            e = 0
-            for ms in by_ms:
-                em = self.singular_power(ms)
-                self._check(gamma, ks, ms, em)
-                e = max(e, em)
+            ems = [self.singular_power(ms) for ms in by_ms]
+            e = max(ems, default=0)
+            if e:
+                shape = self.net.dim / 2 + sum(n for _, n in gamma) + len(ks)
+                if shape - e / 2 <= 0:
+                    for ms, em in zip(by_ms, ems):
+                        self._check(gamma, ks, ms, em)
             power = sum(n for _, n in gamma) + len(ks) - e / 2
             if len(ks) <= 1 and all(k == 1 for k in ks):
                 meas = self.law.measure(gamma, bool(ks), e)
@@ -552,6 +602,8 @@ class Averager:
         hi = max((int(r.max()) + 1 for r in rows_all), default=0)
         wanted = {ms for key, by_ms in groups.items() if measures[key][2] is not None for ms in by_ms}
         F = self._products(wanted, lo, hi) if wanted else {}
+        F_index = {ms: n for n, ms in enumerate(F)}
+        Fmat = np.array(list(F.values())) if F else np.zeros((0, 0))
         out = np.zeros(len(self._requests))
         for key, by_ms in groups.items():
             mass, w, rows, Qg, e = measures[key]
@@ -563,7 +615,8 @@ class Averager:
                 bound = np.abs(w) * self.law.Q[rows] ** (-e / 2) if e else np.abs(w)
                 keep = bound > 1e-20 * bound.max()
                 wk, idx = w[keep], rows[keep] - lo
-                vals = {ms: mass * float(wk @ F[ms][idx]) for ms in by_ms}
+                sel = Fmat[[F_index[ms] for ms in by_ms]][:, idx] @ wk   # every E_b[Π m] of the group at once
+                vals = dict(zip(by_ms, (mass * sel).tolist()))
             for ms, users in by_ms.items():
                 for r, c in users:
                     out[r] += c * vals[ms]
