@@ -426,8 +426,14 @@ class Averager:
         self._moments = {n: readout_moment(net.parametrization, n) for n in range(0, 13)}
         self._order = net.activation.classical_order
         self._requests: list[dict] = []
-        self._odd: dict = {}       # monomial -> its odd directions
-        self._combine: dict = {}   # (left term, right term) -> key of the average of their product
+        # term (ŵ-monomial, P indices, m orders) -> id; per id: the term, its odd directions, and the key id of
+        # the average of its product with every other term id met so far
+        self._ids: dict = {}
+        self._terms: list = []
+        self._odd_of: list = []
+        self._combine: list[dict] = []
+        self._keys: list = []
+        self._key_ids: dict = {}
         self._singular: dict = {}
 
     # recording ---------------------------------------------------------------------------------------------------
@@ -442,26 +448,33 @@ class Averager:
                 key = (tuple((i, e // 2) for i, e in mo), pk, ms)
                 acc[key] = acc.get(key, 0.0) + factor * c * ea
 
+    def _term_id(self, term: tuple) -> int:
+        tid = self._ids.get(term)
+        if tid is None:
+            tid = self._ids[term] = len(self._terms)
+            self._terms.append(term)
+            self._odd_of.append(tuple(i for i, e in term[0] if e % 2))
+            self._combine.append({})
+        return tid
+
     def _record_product(self, acc: dict, F: Scalar, G: Scalar, factor: float = 1.0) -> None:
-        """``E[F G]`` without forming the product: only terms whose product is even in ``a`` and every ``ŵ_i``."""
-        odd = self._odd
+        """``E[F G]`` without forming the product: only terms whose product is even in ``a`` and every ``ŵ_i``.
+        ``acc`` is keyed by the integer ids of :attr:`_keys` (terms and pairs are memoised by id, so the inner
+        loop hashes integers only); :meth:`_keyed` turns it back into average keys."""
+        tid, odd = self._term_id, self._odd_of
         groups: dict = defaultdict(list)
         for (nb, mo2, pk2, ms2), c in G.items():
-            cls = odd.get(mo2)
-            if cls is None:
-                cls = odd[mo2] = tuple(i for i, e in mo2 if e % 2)
-            groups[(nb % 2, cls)].append((nb, (mo2, pk2, ms2), c))
+            r = tid((mo2, pk2, ms2))
+            groups[(nb % 2, odd[r])].append((nb, r, c))
         mom = self._moments
-        combine = self._combine
+        terms, keys, key_ids, combine = self._terms, self._keys, self._key_ids, self._combine
         for (na, mo, pk, ms), c in F.items():
-            cls = odd.get(mo)
-            if cls is None:
-                cls = odd[mo] = tuple(i for i, e in mo if e % 2)
-            lst = groups.get((na % 2, cls))
+            left = tid((mo, pk, ms))
+            lst = groups.get((na % 2, odd[left]))
             if not lst:
                 continue
             fc = factor * c
-            left = (mo, pk, ms)
+            cl = combine[left]
             for nb, right, c2 in lst:
                 n = na + nb
                 ea = mom.get(n, None)
@@ -469,13 +482,21 @@ class Averager:
                     raise GrowthError(f"E[a^{n}] is beyond the readout moments the second-order constants use")
                 if not ea:
                     continue
-                pair = (left, right)
-                key = combine.get(pair)
-                if key is None:
-                    mono = _mono_mul(mo, right[0])
-                    key = combine[pair] = (tuple((i, e // 2) for i, e in mono), _merge(pk, right[1]),
-                                           _merge(ms, right[2]))
-                acc[key] = acc.get(key, 0.0) + fc * c2 * ea
+                kid = cl.get(right)
+                if kid is None:
+                    mo2, pk2, ms2 = terms[right]
+                    mono = _mono_mul(mo, mo2)
+                    key = (tuple((i, e // 2) for i, e in mono), _merge(pk, pk2), _merge(ms, ms2))
+                    kid = key_ids.get(key)
+                    if kid is None:
+                        kid = key_ids[key] = len(keys)
+                        keys.append(key)
+                    cl[right] = kid
+                acc[kid] = acc.get(kid, 0.0) + fc * c2 * ea
+
+    def _keyed(self, acc: dict) -> dict:
+        keys = self._keys
+        return {keys[k]: v for k, v in acc.items()}
 
     def request(self, F: Scalar) -> int:
         """Record ``E[F]``; returns its handle for :meth:`evaluate`."""
@@ -507,7 +528,7 @@ class Averager:
                     self._record_product(acc, _times_P(Gk, k + l + 1), Hl, r.w)
         out = {}
         for name, acc in parts.items():
-            self._requests.append(acc)
+            self._requests.append(self._keyed(acc))
             out[name] = len(self._requests) - 1
         return out
 
