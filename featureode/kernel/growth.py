@@ -324,6 +324,7 @@ class _TiltedLaws:
         self._cache: dict[tuple[Gamma, tuple[int, ...], int], tuple[float, np.ndarray, np.ndarray]] = {}
         self._k0: dict = {}
         self._gpow: dict = {}    # e -> (Σ_i g_i^e, g^e)
+        self._blocks: dict = {}  # γ -> (first row, end row, {block: κ_B on the contour of those rows})
         self._exact: dict = {}   # γ -> the memo of its moments Σ_π Π_B κ_B(0) (shared by every K)
 
     def _contour_sum(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
@@ -385,13 +386,20 @@ class _TiltedLaws:
         var = 2 * law.sums(gamma, 2)
         cut = max(mean, base_mean) + 12 * math.sqrt(max(second - mean**2, var)) + 80 * float(g.max())
         hi = max(lo, int(np.searchsorted(law.Q, cut, side="right")))
-        terms = law._product(gamma, lo, hi)
-        blocks: dict = {}
+        # the cumulant arrays of γ are kept on a row range shared by its K (a row's values do not depend on the
+        # range, so slicing a wider one changes nothing)
+        have = self._blocks.get(gamma)
+        if have is None or not (have[0] <= lo and hi <= have[1]):
+            L, H = (lo, hi) if have is None else (min(lo, have[0]), max(hi, have[1]))
+            have = self._blocks[gamma] = (L, H, {})
+        L, H, arrays = have
+        terms = law._product(gamma, L, H)[lo - L: hi - L]
 
         def cumulant(B: tuple[int, ...]) -> np.ndarray:
-            if B not in blocks:
-                blocks[B] = self._cumulant(gamma, B, lo, hi)
-            return blocks[B]
+            arr = arrays.get(B)
+            if arr is None:
+                arr = arrays[B] = self._cumulant(gamma, B, L, H)
+            return arr[lo - L: hi - L]
 
         poly = _moment(tuple(sorted(ks)), cumulant, {}, np.ones(terms.shape, dtype=complex))
         with np.errstate(all="ignore"):
@@ -603,7 +611,8 @@ class Averager:
             for (gamma, ks, ms), c in acc.items():
                 groups[(gamma, ks)].setdefault(ms, []).append((r, c))
         measures = {}
-        for (gamma, ks), by_ms in groups.items():
+        # by γ, so that the laws of one γ reuse its contour products and cumulants (the order changes no value)
+        for (gamma, ks), by_ms in sorted(groups.items(), key=lambda item: (item[0][0], len(item[0][1]))):
             ems = [self.singular_power(ms) for ms in by_ms]
             e = max(ems, default=0)
             if e:
@@ -625,7 +634,7 @@ class Averager:
         F = self._products(wanted, lo, hi) if wanted else {}
         F_index = {ms: n for n, ms in enumerate(F)}
         Fmat = np.array(list(F.values())) if F else np.zeros((0, 0))
-        out = np.zeros(len(self._requests))
+        out = [0.0] * len(self._requests)   # Python floats: the same double arithmetic, without NumPy indexing
         for key, by_ms in groups.items():
             mass, w, rows, Qg, e = measures[key]
             if rows is None:
@@ -642,4 +651,4 @@ class Averager:
                 for r, c in users:
                     out[r] += c * vals[ms]
         self._requests = []
-        return out
+        return np.array(out)
