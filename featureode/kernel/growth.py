@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -99,12 +100,18 @@ def _mono_mul(m1: tuple, m2: tuple) -> tuple:
         return m2
     if not m2:
         return m1
+    return _mono_mul_cached(m1, m2)
+
+
+@lru_cache(maxsize=1 << 16)
+def _mono_mul_cached(m1: tuple, m2: tuple) -> tuple:
     d = dict(m1)
     for i, e in m2:
         d[i] = d.get(i, 0) + e
     return tuple(sorted(d.items()))
 
 
+@lru_cache(maxsize=1 << 16)
 def _mono_shift(m: tuple, i: int, by: int) -> tuple:
     d = dict(m)
     e = d.get(i, 0) + by
@@ -116,9 +123,15 @@ def _mono_shift(m: tuple, i: int, by: int) -> tuple:
 
 
 def _merge(a: tuple, b: tuple) -> tuple:
-    return tuple(sorted(a + b)) if a and b else (a or b)
+    return _merge_cached(a, b) if a and b else (a or b)
 
 
+@lru_cache(maxsize=1 << 16)
+def _merge_cached(a: tuple, b: tuple) -> tuple:
+    return tuple(sorted(a + b))
+
+
+@lru_cache(maxsize=1 << 14)
 def _replace_one(ms: tuple, j: int, by: int) -> tuple:
     lst = list(ms)
     lst.remove(j)
@@ -126,6 +139,7 @@ def _replace_one(ms: tuple, j: int, by: int) -> tuple:
     return tuple(sorted(lst))
 
 
+@lru_cache(maxsize=1 << 14)
 def _remove_one(ms: tuple, k: int) -> tuple:
     lst = list(ms)
     lst.remove(k)
@@ -148,7 +162,7 @@ def _times_w(F: Scalar, i: int, factor: float = 1.0) -> Scalar:
 
 def _times_P(F: Scalar, k: int, factor: float = 1.0) -> Scalar:
     """``factor · P_k · F``."""
-    return {(na, mo, tuple(sorted(pk + (k,))), ms): factor * c for (na, mo, pk, ms), c in F.items()}
+    return {(na, mo, _merge(pk, (k,)), ms): factor * c for (na, mo, pk, ms), c in F.items()}
 
 
 def _axpy(out: Scalar, F: Scalar, c: float = 1.0) -> None:
@@ -309,6 +323,9 @@ class _TiltedLaws:
         self._sums: dict[tuple[int, int], np.ndarray] = {}
         self._cache: dict[tuple[Gamma, tuple[int, ...], int], tuple[float, np.ndarray, np.ndarray]] = {}
         self._k0: dict = {}
+        self._gpow: dict = {}    # e -> (Σ_i g_i^e, g^e)
+        self._blocks: dict = {}  # γ -> (first row, end row, {block: κ_B on the contour of those rows})
+        self._exact: dict = {}   # γ -> the memo of its moments Σ_π Π_B κ_B(0) (shared by every K)
 
     def _contour_sum(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
         """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on the contour of rows ``lo:hi`` (whole grid cached)."""
@@ -335,17 +352,23 @@ class _TiltedLaws:
         key = (gamma, block)
         val = self._k0.get(key)
         if val is None:
-            g = self.law.g
             n = len(block)
             e = n + sum(block)
-            s = float(np.sum(g**e)) + sum(2 * k * g[i] ** e for i, k in gamma)
+            pw = self._gpow.get(e)
+            if pw is None:
+                arr = self.law.g**e
+                pw = self._gpow[e] = (float(np.sum(arr)), arr)
+            s = pw[0] + sum(2 * k * pw[1][i] for i, k in gamma)
             val = self._k0[key] = math.factorial(n - 1) * 2 ** (n - 1) * s
         return val
 
     def _exact_factor(self, gamma: Gamma, ks: tuple[int, ...]) -> float:
         """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``), by the moment–cumulant recursion
         ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)``."""
-        return _moment(tuple(sorted(ks)), lambda B: self._kappa0(gamma, B), {}, 1.0)
+        memo = self._exact.get(gamma)
+        if memo is None:
+            memo = self._exact[gamma] = {}
+        return _moment(tuple(sorted(ks)), lambda B: self._kappa0(gamma, B), memo, 1.0)
 
     def measure(self, gamma: Gamma, ks: tuple[int, ...], power: float) -> tuple[float, np.ndarray, np.ndarray]:
         """``(mass, weights, rows)`` of ``ν_{γ,K}`` for integrands ``≤ Q^{−e/2}`` (``power = |γ| + |K| − e/2``)."""
@@ -363,13 +386,20 @@ class _TiltedLaws:
         var = 2 * law.sums(gamma, 2)
         cut = max(mean, base_mean) + 12 * math.sqrt(max(second - mean**2, var)) + 80 * float(g.max())
         hi = max(lo, int(np.searchsorted(law.Q, cut, side="right")))
-        terms = law._product(gamma, lo, hi)
-        blocks: dict = {}
+        # the cumulant arrays of γ are kept on a row range shared by its K (a row's values do not depend on the
+        # range, so slicing a wider one changes nothing)
+        have = self._blocks.get(gamma)
+        if have is None or not (have[0] <= lo and hi <= have[1]):
+            L, H = (lo, hi) if have is None else (min(lo, have[0]), max(hi, have[1]))
+            have = self._blocks[gamma] = (L, H, {})
+        L, H, arrays = have
+        terms = law._product(gamma, L, H)[lo - L: hi - L]
 
         def cumulant(B: tuple[int, ...]) -> np.ndarray:
-            if B not in blocks:
-                blocks[B] = self._cumulant(gamma, B, lo, hi)
-            return blocks[B]
+            arr = arrays.get(B)
+            if arr is None:
+                arr = arrays[B] = self._cumulant(gamma, B, L, H)
+            return arr[lo - L: hi - L]
 
         poly = _moment(tuple(sorted(ks)), cumulant, {}, np.ones(terms.shape, dtype=complex))
         with np.errstate(all="ignore"):
@@ -404,6 +434,15 @@ class Averager:
         self._moments = {n: readout_moment(net.parametrization, n) for n in range(0, 13)}
         self._order = net.activation.classical_order
         self._requests: list[dict] = []
+        # term (ŵ-monomial, P indices, m orders) -> id; per id: the term, its odd directions, and the key id of
+        # the average of its product with every other term id met so far
+        self._ids: dict = {}
+        self._terms: list = []
+        self._odd_of: list = []
+        self._combine: list[dict] = []
+        self._keys: list = []
+        self._key_ids: dict = {}
+        self._singular: dict = {}
 
     # recording ---------------------------------------------------------------------------------------------------
     def _record(self, acc: dict, F: Scalar, factor: float = 1.0) -> None:
@@ -417,24 +456,55 @@ class Averager:
                 key = (tuple((i, e // 2) for i, e in mo), pk, ms)
                 acc[key] = acc.get(key, 0.0) + factor * c * ea
 
+    def _term_id(self, term: tuple) -> int:
+        tid = self._ids.get(term)
+        if tid is None:
+            tid = self._ids[term] = len(self._terms)
+            self._terms.append(term)
+            self._odd_of.append(tuple(i for i, e in term[0] if e % 2))
+            self._combine.append({})
+        return tid
+
     def _record_product(self, acc: dict, F: Scalar, G: Scalar, factor: float = 1.0) -> None:
-        """``E[F G]`` without forming the product: only terms whose product is even in ``a`` and every ``ŵ_i``."""
+        """``E[F G]`` without forming the product: only terms whose product is even in ``a`` and every ``ŵ_i``.
+        ``acc`` is keyed by the integer ids of :attr:`_keys` (terms and pairs are memoised by id, so the inner
+        loop hashes integers only); :meth:`_keyed` turns it back into average keys."""
+        tid, odd = self._term_id, self._odd_of
         groups: dict = defaultdict(list)
-        for key, c in G.items():
-            groups[(key[0] % 2, tuple(i for i, e in key[1] if e % 2))].append((key, c))
+        for (nb, mo2, pk2, ms2), c in G.items():
+            r = tid((mo2, pk2, ms2))
+            groups[(nb % 2, odd[r])].append((nb, r, c))
         mom = self._moments
+        terms, keys, key_ids, combine = self._terms, self._keys, self._key_ids, self._combine
         for (na, mo, pk, ms), c in F.items():
-            cls = (na % 2, tuple(i for i, e in mo if e % 2))
-            for (nb, mo2, pk2, ms2), c2 in groups.get(cls, ()):
+            left = tid((mo, pk, ms))
+            lst = groups.get((na % 2, odd[left]))
+            if not lst:
+                continue
+            fc = factor * c
+            cl = combine[left]
+            for nb, right, c2 in lst:
                 n = na + nb
                 ea = mom.get(n, None)
                 if ea is None:
                     raise GrowthError(f"E[a^{n}] is beyond the readout moments the second-order constants use")
                 if not ea:
                     continue
-                mono = _mono_mul(mo, mo2)
-                key = (tuple((i, e // 2) for i, e in mono), _merge(pk, pk2), _merge(ms, ms2))
-                acc[key] = acc.get(key, 0.0) + factor * c * c2 * ea
+                kid = cl.get(right)
+                if kid is None:
+                    mo2, pk2, ms2 = terms[right]
+                    mono = _mono_mul(mo, mo2)
+                    key = (tuple((i, e // 2) for i, e in mono), _merge(pk, pk2), _merge(ms, ms2))
+                    kid = key_ids.get(key)
+                    if kid is None:
+                        kid = key_ids[key] = len(keys)
+                        keys.append(key)
+                    cl[right] = kid
+                acc[kid] = acc.get(kid, 0.0) + fc * c2 * ea
+
+    def _keyed(self, acc: dict) -> dict:
+        keys = self._keys
+        return {keys[k]: v for k, v in acc.items()}
 
     def request(self, F: Scalar) -> int:
         """Record ``E[F]``; returns its handle for :meth:`evaluate`."""
@@ -466,12 +536,19 @@ class Averager:
                     self._record_product(acc, _times_P(Gk, k + l + 1), Hl, r.w)
         out = {}
         for name, acc in parts.items():
-            self._requests.append(acc)
+            self._requests.append(self._keyed(acc))
             out[name] = len(self._requests) - 1
         return out
 
     # evaluation --------------------------------------------------------------------------------------------------
     def singular_power(self, ms: tuple[int, ...]) -> int:
+        """``e`` of :meth:`_singular_power` (memoised per multiset)."""
+        e = self._singular.get(ms)
+        if e is None:
+            e = self._singular[ms] = self._singular_power(ms)
+        return e
+
+    def _singular_power(self, ms: tuple[int, ...]) -> int:
         """``e`` with ``E_b[Π m_j](Q) = O(Q^{−e/2})`` as ``Q → 0``: each ``m_j`` beyond the classical order ``r``
         grows like ``s^{−(j−r)}`` in ``|b| ≲ s``, and averaging over ``b`` (σ_b > 0) gains one power of ``s``."""
         r = self._order
@@ -534,12 +611,15 @@ class Averager:
             for (gamma, ks, ms), c in acc.items():
                 groups[(gamma, ks)].setdefault(ms, []).append((r, c))
         measures = {}
-        for (gamma, ks), by_ms in groups.items():
-            e = 0
-            for ms in by_ms:
-                em = self.singular_power(ms)
-                self._check(gamma, ks, ms, em)
-                e = max(e, em)
+        # by γ, so that the laws of one γ reuse its contour products and cumulants (the order changes no value)
+        for (gamma, ks), by_ms in sorted(groups.items(), key=lambda item: (item[0][0], len(item[0][1]))):
+            ems = [self.singular_power(ms) for ms in by_ms]
+            e = max(ems, default=0)
+            if e:
+                shape = self.net.dim / 2 + sum(n for _, n in gamma) + len(ks)
+                if shape - e / 2 <= 0:
+                    for ms, em in zip(by_ms, ems):
+                        self._check(gamma, ks, ms, em)
             power = sum(n for _, n in gamma) + len(ks) - e / 2
             if len(ks) <= 1 and all(k == 1 for k in ks):
                 meas = self.law.measure(gamma, bool(ks), e)
@@ -552,7 +632,9 @@ class Averager:
         hi = max((int(r.max()) + 1 for r in rows_all), default=0)
         wanted = {ms for key, by_ms in groups.items() if measures[key][2] is not None for ms in by_ms}
         F = self._products(wanted, lo, hi) if wanted else {}
-        out = np.zeros(len(self._requests))
+        F_index = {ms: n for n, ms in enumerate(F)}
+        Fmat = np.array(list(F.values())) if F else np.zeros((0, 0))
+        out = [0.0] * len(self._requests)   # Python floats: the same double arithmetic, without NumPy indexing
         for key, by_ms in groups.items():
             mass, w, rows, Qg, e = measures[key]  # type: ignore[assignment]  # rows is None is handled next
             if rows is None:
@@ -563,9 +645,10 @@ class Averager:
                 bound = np.abs(w) * self.law.Q[rows] ** (-e / 2) if e else np.abs(w)
                 keep = bound > 1e-20 * bound.max()
                 wk, idx = w[keep], rows[keep] - lo
-                vals = {ms: mass * float(wk @ F[ms][idx]) for ms in by_ms}
+                sel = Fmat[[F_index[ms] for ms in by_ms]][:, idx] @ wk   # every E_b[Π m] of the group at once
+                vals = dict(zip(by_ms, (mass * sel).tolist()))
             for ms, users in by_ms.items():
                 for r, c in users:
                     out[r] += c * vals[ms]
         self._requests = []
-        return out
+        return np.array(out)
