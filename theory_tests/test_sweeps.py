@@ -81,11 +81,17 @@ def test_ode_only_sweep_two_local_jobs_table_and_resume(tmp_path):
     summary = (out / "summary.md").read_text()
     assert "ODE only" in summary and "| target.expr" not in summary and "| expr-z0_richness0.05 |" in summary
 
-    # resume: delete one run, only that one is computed again, with the same numbers
+    # resume: delete one run, only that one is computed again, with the same numbers and curves
+    curves = sweeps.read_curves(out)
+    assert set(curves.run) == set(df.run) and len(curves) == 16 * 200  # 16 (run, variant) curves of 200 times
     shutil.rmtree(out / "runs" / "expr-z1_richness0.5_s1")
     res = run_sweep(load_grid(grid_path), out, ode_only=True, progress=False)
     assert (res.computed, res.reused) == (1, 7)
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), df)
+    again = sweeps.read_curves(out)
+    key = ["run", "variant", "t"]
+    pd.testing.assert_frame_equal(again.sort_values(key).reset_index(drop=True),
+                                  curves.sort_values(key).reset_index(drop=True))
 
     # extend: a new richness value computes only the new points
     _write(tmp_path, ODE_GRID.replace("[0.05, 0.5]", "[0.05, 0.5, 0.25]"))
@@ -347,23 +353,27 @@ def test_a_worker_that_dies_is_replaced_and_its_run_retried(executor, tmp_path, 
 
 
 def test_ode_only_runs_solved_in_batches_equal_runs_solved_alone(tmp_path, monkeypatch):
-    """--ode-only groups runs (kernel_theory_batch + solve_batch per group); every ode.json equals solve_config's
-    on the run's own config, and a batch that cannot be built falls back to one run at a time."""
+    """--ode-only groups runs (kernel_theory_batch + solve_batch per group); every curve of the sweep's one columnar
+    file (read_curves) equals solve_config's on the run's own config, the run folders hold their stamp alone, and
+    a batch that cannot be built falls back to one run at a time."""
     import numpy as np
 
     from featureode.ode.solve import solve_config
-    from featureode.results.trajectory import ODEResult
     grid_path = _write(tmp_path, ODE_GRID)
     grid = load_grid(grid_path)
     groups = sweeps.ode_groups(list(range(8)), workers=1)
     assert [len(g) for g in groups] == [2, 2, 2, 2]
     res = run_sweep(grid, tmp_path / "batched", ode_only=True, progress=False)
     assert not res.failed and res.computed == 8
+    curves = sweeps.read_curves(tmp_path / "batched")
+    assert list(curves.columns) == ["run", "variant", "t", "loss", "in_support_loss"]
     for p, task in sweeps.plan(grid, tmp_path / "batched", ode_only=True):
-        got = ODEResult.load(task.run_dir)
+        assert [f.name for f in Path(task.run_dir).iterdir()] == ["config.json"]
         want = solve_config(task.config())
         for name, tr in want.variants.items():
-            assert np.array_equal(got.variants[name].loss, tr.loss) and got.variants[name].t10 == tr.t10
+            got = curves[(curves.run == f"runs/{task.name}") & (curves.variant == name)]
+            assert np.array_equal(got.loss.to_numpy(), tr.loss) and np.array_equal(got.t.to_numpy(), tr.t)
+            assert res.outcomes[task.name].variants[name]["t10"] == tr.t10
     seen = []
 
     def broken(cfgs, **kw):

@@ -29,6 +29,7 @@ Jacobian by finite differences beyond that.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import sys
@@ -477,11 +478,19 @@ def generate_source(system: ode.System, backend: str = "numpy") -> str:
     return "\n".join(header + body).rstrip() + "\n"
 
 
+_KEYS: dict[int, tuple[ode.System, str]] = {}
+
+
 def _key(system: ode.System, backend: str) -> str:
+    """The cache key of ``system``'s ``backend`` module (``system.key`` prints the whole system: 10 ms; kept per
+    system object)."""
+    if id(system) not in _KEYS or _KEYS[id(system)][0] is not system:
+        _KEYS[id(system)] = (system, system.key)
     version = BACKENDS.get(backend).version
-    return hashlib.sha256(f"{CODEGEN_VERSION}|{backend}|{version}|{system.key}".encode()).hexdigest()[:24]
+    return hashlib.sha256(f"{CODEGEN_VERSION}|{backend}|{version}|{_KEYS[id(system)][1]}".encode()).hexdigest()[:24]
 
 
+@functools.lru_cache(maxsize=1)
 def _numba_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -499,10 +508,16 @@ def _ready_stamp(system: ode.System) -> Path:
     return cache_dir() / f"numba_{_key(system, 'numba')}.ready-{_numba_version()}"
 
 
+_READY: set[str] = set()
+
+
 def numba_ready(system: ode.System) -> bool:
     """Is the compiled RODAS4 integrator of ``system`` in the cache (so loading it takes ≈ 0.2 s, not a compile of
-    ≈ 10 s)? Checked without importing numba."""
-    return _ready_stamp(system).exists()
+    ≈ 10 s)? Checked without importing numba (on disk once per process and cache folder, when it is)."""
+    stamp = _ready_stamp(system)
+    if str(stamp) not in _READY and stamp.exists():
+        _READY.add(str(stamp))
+    return str(stamp) in _READY
 
 
 _ANNOUNCED: set[str] = set()
@@ -523,9 +538,10 @@ def announce_compile(system: ode.System, what: str) -> None:
 
 def mark_numba_ready(system: ode.System) -> None:
     """Record that ``system``'s compiled integrator has run (its machine code is now in numba's cache)."""
-    stamp = _ready_stamp(system)
-    if not stamp.exists():
+    if not numba_ready(system):
+        stamp = _ready_stamp(system)
         stamp.write_text("")
+        _READY.add(str(stamp))
 
 
 _LOADED: dict[tuple[str, str], Compiled] = {}

@@ -4,7 +4,9 @@ A sweep is a :class:`~featureode.workflow.grid.Grid` × its seeds. Each run (poi
 ``config.json`` (the resolved config, its digest and the digest of the unresolved point), then ``report.json``
 (ODE + MLP, :func:`featureode.workflow.compare.compare_config`) or ``ode.json`` alone (``ode_only``,
 :func:`featureode.ode.solve.solve_config`). Finished runs are reused, so an interrupted or extended sweep computes only
-what is missing. ``DIR/results.csv`` (and ``results.parquet`` when pyarrow is importable) has one row per
+what is missing. An ODE-only run's folder holds its stamp alone (with the crossing times); the curves of an ODE-only sweep are in one
+columnar file, ``DIR/curves.parquet`` (:func:`read_curves`). ``DIR/results.csv`` (and ``results.parquet`` when
+pyarrow is importable) has one row per
 (point, seed, variant), rewritten as runs complete; ``DIR/summary.md``/``summary.json`` hold the seed means and the
 acceptance verdicts of DESIGN §5.
 
@@ -50,9 +52,11 @@ from featureode.workflow.table import (  # noqa: F401  (re-exported)
     acceptance,
     aggregate,
     mean_sd,
+    read_curves,
     read_results,
     result_rows,
     summary_markdown,
+    write_curves,
     write_results,
 )
 from featureode.workflow.tasks import (
@@ -261,6 +265,8 @@ def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], execut
             executor.close()
         rows = result_rows(grid, runs, outcomes)
         write_results(out, columns, rows)
+        if ode_only:
+            write_curves(out, list(outcomes.values()), keep=[n for n, o in outcomes.items() if o.reused])
         _write_summary(out, grid, runs, outcomes, title or f"sweep `{grid.name}`")
     return SweepResult(out, outcomes, rows, len(outcomes) - reused, reused)
 

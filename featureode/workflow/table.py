@@ -203,6 +203,78 @@ def _parse(text: str) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# the curves of an ODE-only sweep: one columnar file
+# ----------------------------------------------------------------------------------------------------------------
+#: The curves of an ODE-only sweep, long format (one row per run, variant and output time): ``DIR/curves.parquet``
+#: (``DIR/curves.npz`` where pyarrow is not installed).
+CURVES = "curves.parquet"
+CURVE_COLUMNS = ("run", "variant", "t", "loss", "in_support_loss")
+
+
+def _curve_columns(outcomes: Sequence[RunOutcome]) -> dict[str, np.ndarray]:
+    runs, variants, cols = [], [], {k: [] for k in CURVE_COLUMNS[2:]}
+    for o in outcomes:
+        for name, c in (o.curves or {}).items():
+            n = len(c["t"])
+            runs.append(np.full(n, str(Path("runs") / o.name), dtype=object))
+            variants.append(np.full(n, name, dtype=object))
+            for k in cols:
+                cols[k].append(np.asarray(c[k], dtype=float))
+    if not runs:
+        return {k: np.zeros(0, dtype=object if k in ("run", "variant") else float) for k in CURVE_COLUMNS}
+    return {"run": np.concatenate(runs), "variant": np.concatenate(variants),
+            **{k: np.concatenate(v) for k, v in cols.items()}}
+
+
+def write_curves(out: Path, outcomes: Sequence[RunOutcome], keep: Sequence[str] = ()) -> Path | None:
+    """Write the curves of the ODE-only ``outcomes`` (and, from the file already there, those of the runs named in
+    ``keep``, e.g. reused ones) to ``out/curves.parquet`` (``curves.npz`` without pyarrow), atomically. ``None``
+    when there is nothing to write."""
+    cols = _curve_columns([o for o in outcomes if o.curves])
+    if keep:
+        try:
+            old = read_curves(out)
+            old = old[old["run"].isin({str(Path("runs") / k) for k in keep})
+                      & ~old["run"].isin(set(cols["run"]))]
+            cols = {k: np.concatenate([old[k].to_numpy(dtype=cols[k].dtype), cols[k]]) for k in CURVE_COLUMNS}
+        except SweepError:
+            pass
+    if not len(cols["run"]):
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        buf = io.BytesIO()
+        np.savez(buf, **{k: v.astype(str) if v.dtype == object else v for k, v in cols.items()})
+        from featureode.results.trajectory import write_bytes
+
+        write_bytes(out / "curves.npz", buf.getvalue())
+        return out / "curves.npz"
+    table = pa.table({k: pa.array(v, type=pa.string() if v.dtype == object else pa.float64())
+                      for k, v in cols.items()})
+    tmp = out / f".{CURVES}.tmp"
+    pq.write_table(table, tmp)
+    tmp.replace(out / CURVES)
+    return out / CURVES
+
+
+def read_curves(folder: "str | Path") -> Any:
+    """The curves of an ODE-only sweep in ``folder`` as a long pandas DataFrame with columns ``run`` (``runs/RUN``,
+    as in ``results.csv``), ``variant``, ``t``, ``loss`` (``L/L(0)``) and ``in_support_loss``, one row per output
+    time; e.g. ``df[(df.run == "runs/X") & (df.variant == "lazy")]`` is one curve."""
+    import pandas as pd
+
+    folder = Path(folder)
+    if (folder / CURVES).exists():
+        return pd.read_parquet(folder / CURVES)
+    if (folder / "curves.npz").exists():
+        with np.load(folder / "curves.npz", allow_pickle=False) as z:
+            return pd.DataFrame({k: z[k] for k in CURVE_COLUMNS})
+    raise SweepError(f"{folder} has no {CURVES}; run `featureode sweep GRID --ode-only --out {folder}` first")
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # summary and acceptance (DESIGN §5)
 # ----------------------------------------------------------------------------------------------------------------
 def _all(verdicts: Sequence[bool | None]) -> bool | None:

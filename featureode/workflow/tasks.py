@@ -68,6 +68,9 @@ class RunOutcome:
     mlp: dict[str, float | None] | None = None
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     reused: bool = False
+    #: ODE-only runs: per variant the arrays ``t``, ``loss``, ``in_support_loss`` (kept by the sweep in one columnar
+    #: file, :data:`featureode.workflow.table.CURVES`, not in the run's folder); ``None`` otherwise
+    curves: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -96,7 +99,14 @@ def _outcome_from_files(task: RunTask, stamp: dict[str, Any]) -> RunOutcome | No
                               reused=True)
     except (TrajectoryFileError, KeyError, TypeError, AttributeError):
         pass
-    if not task.ode_only or not finished(folder, stamp["digest"], ODE_FILES):
+    if not task.ode_only:
+        return None
+    if isinstance(stamp.get("ode"), dict) and finished(folder, stamp["digest"], ()):
+        # an ODE-only run of a sweep: its outcome is in the stamp (its curves in the sweep's curves file)
+        return RunOutcome(task.name, seed, "ok", t_max, None,
+                          {n: {k: v[k] for k in ("t50", "t10", "error") if k in v} for n, v in stamp["ode"].items()},
+                          reused=True)
+    if not finished(folder, stamp["digest"], ODE_FILES):
         return None
     try:
         ode = read_json(folder / "ode.json")
@@ -125,7 +135,8 @@ def stored_outcome(task: RunTask) -> RunOutcome | None:
 def _stamp(task: RunTask, cfg: Config) -> RunOutcome | None:
     """Reuse a finished run of ``cfg`` in ``task.run_dir``, or stamp the folder for ``cfg`` through
     :func:`featureode.workflow.runs.claim` (the path ``compare`` takes, under the folder's lock): results of another
-    config are removed, a simulation of the same network is kept for ``compare`` to reuse."""
+    config are removed, a simulation of the same network is kept for ``compare`` to reuse. An ODE-only run adds its
+    outcome to the stamp when it is done (:func:`_ode_outcome`)."""
     folder = Path(task.run_dir)
     with locked(folder):
         old = _read_stamp(folder)
@@ -138,6 +149,22 @@ def _stamp(task: RunTask, cfg: Config) -> RunOutcome | None:
         claim(folder, cfg, force=True, extra={"point": task.point_digest}, check=False)
         release(folder)  # claim's own hold; the block's ends with it
     return None
+
+
+def _ode_outcome(task: RunTask, cfg: Config, result: Any) -> RunOutcome:
+    """The outcome of an ODE-only run from its :class:`~featureode.results.trajectory.ODEResult`: the run's folder
+    keeps its stamp alone, with the crossing times added (``"ode"``), then its completion stamp; the curves travel
+    back to the sweep in ``RunOutcome.curves`` (one columnar file per sweep instead of ``ode.json`` + ``ode.npz`` per
+    run)."""
+    folder = Path(task.run_dir)
+    variants = {n: {"t50": tr.t50, "t10": tr.t10, **({"error": tr.status.error} if tr.status.error else {})}
+                for n, tr in result.variants.items()}
+    with locked(folder):
+        write_json(folder / STAMP, {**(read_stamp(folder) or {}), "ode": variants})
+        mark_finished(folder, cfg, ())
+    curves = {n: {"t": tr.t, "loss": tr.loss, "in_support_loss": tr.in_support_loss}
+              for n, tr in result.variants.items()}
+    return RunOutcome(task.name, cfg.training.seed, "ok", cfg.training.t_max, None, variants, curves=curves)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -195,18 +222,15 @@ def _solve_many(todo: Sequence[tuple[int, RunTask, Config]]) -> dict[int, RunOut
             if part:
                 built = kernel_theory_batch([c for _, c in part], with_gram=basis == "extended")
                 theories.update({i: th for (i, _), th in zip(part, built)})
-        solve_batch([c for _, _, c in todo], [theories[i] for i, _, _ in todo], [t.run_dir for _, t, _ in todo])
-        for _, task, cfg in todo:
-            mark_finished(task.run_dir, cfg, ODE_FILES)
+        results = solve_batch([c for _, _, c in todo], [theories[i] for i, _, _ in todo])
     except Exception:  # noqa: BLE001 — each run then reports its own error
         return {i: _run_one(task, cfg) for i, task, cfg in todo}
     out = {}
-    for i, task, cfg in todo:
-        found = _outcome_from_files(task, read_json(Path(task.run_dir) / "config.json"))
-        out[i] = found if found is not None else RunOutcome(task.name, cfg.training.seed,
-                                                            "TrajectoryFileError: no readable result after the run",
-                                                            cfg.training.t_max)
-        out[i].reused = False
+    for (i, task, cfg), res in zip(todo, results):
+        try:
+            out[i] = _ode_outcome(task, cfg, res)
+        except Exception as exc:  # noqa: BLE001 — recorded as the run's status
+            out[i] = RunOutcome(task.name, cfg.training.seed, _one_line(exc), cfg.training.t_max)
     return out
 
 
@@ -226,8 +250,7 @@ def _run_one(task: RunTask, cfg: Config) -> RunOutcome:
         if task.ode_only:
             from featureode.ode.solve import solve_config
 
-            solve_config(cfg, folder)  # a failed variant keeps its "error" in ode.json
-            mark_finished(folder, cfg, ODE_FILES)
+            return _ode_outcome(task, cfg, solve_config(cfg))  # a failed variant keeps its "error"
         else:
             from featureode.workflow.compare import compare_config
 

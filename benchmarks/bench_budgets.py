@@ -1,0 +1,221 @@
+"""The budgets of issue 19 ("maps in seconds"), measured in one run:
+
+1. kernel + EVERY registered closure (``closure_names()``) on a FRESH non-rational spectrum (exponent 1.5001 plus a
+   random offset, spectrum offset 3 plus a random offset, so no cache of the spectrum, its law of |ŵ|² or its
+   integrals is hit), CPU time (``time.process_time``) in this process, median of ``--repeat`` fresh spectra:
+   target basis / default config (budget 10 ms), extended basis d = 16 (200 ms), extended basis d = 64 (500 ms);
+   beside each, the ratio to the MLP run it predicts (``--mlp-seconds``: the CPU time of ``featureode simulate`` of
+   the default config, 1 thread, measured once by ``--mlp``, else the recorded figure of
+   ``benchmarks/results/mlp_benchmark.md``);
+2. the cold start: ``featureode solve`` (built-in config: extended basis, 3 variants) in a fresh process on an EMPTY
+   cache (``FEATUREODE_CACHE_DIR`` a new folder, which also holds numba's cache of the generated modules), wall
+   (budget 5 s), and the same with one variant: (3-variant − 1-variant)/2 per additional variant (budget 2 s);
+3. the CLI sweep: ``featureode sweep benchmarks/grids/sweep1000.toml --ode-only --jobs 2`` (1000 configs: 10 γ × 10 d
+   × 10 exponents, target basis, lazy + displacement), end to end in a fresh process, wall (budget 10 s), with the
+   numba code compiled beforehand (a first sweep of the grid's first 20 configs compiles it; its wall is recorded).
+
+Every figure is recorded with ``os.getloadavg()`` before it: on a shared machine the wall times exceed the CPU times
+by the time spent waiting for a core.
+
+Run:  PYTHONPATH=. python benchmarks/bench_budgets.py [--mlp] [--repeat 5] [--out benchmarks/results/budgets.md]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from featureode.config import load_config  # noqa: E402
+from featureode.kernel.theory import kernel_theory  # noqa: E402
+from featureode.ode.solve import solve_variant  # noqa: E402
+from featureode.ode.variants import Variant, closure_names  # noqa: E402
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+       "NUMBA_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+#: the CPU time of `featureode simulate` on the default config, 1 thread, warm process (mlp_benchmark.md)
+RECORDED_MLP_S = 13.1
+BUDGETS = {"target basis, d = 16 (default config)": 0.010, "extended basis, d = 16": 0.200,
+           "extended basis, d = 64": 0.500}
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def case_config(name: str, rng: np.random.Generator):
+    exponent, offset = 1.5001 + rng.uniform(0, 1e-3), 3.0 + rng.uniform(0, 1e-3)
+    cfg = load_config()
+    dim = 64 if "d = 64" in name else 16
+    basis = "target" if name.startswith("target") else "extended"
+    return cfg.replace(data={"dim": dim, "exponent": exponent, "offset": offset}, ode={"basis": basis})
+
+
+def kernel_and_closures(cfg, closures: list[str]) -> dict[str, float]:
+    """CPU seconds of the kernel and of each closure's solve, for one fresh config."""
+    out = {}
+    c0 = time.process_time()
+    theory = kernel_theory(cfg, with_gram=cfg.ode.basis == "extended")
+    out["kernel"] = time.process_time() - c0
+    t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
+    for name in closures:
+        c0 = time.process_time()
+        try:
+            solve_variant(theory, Variant(name), cfg.training.t_max, cfg.ode.eigenvalues, basis=cfg.ode.basis,
+                          rtol=cfg.ode.rtol, atol=cfg.ode.atol, n_points=cfg.ode.n_points, t_min=t_min,
+                          compile=True)
+        except Exception as exc:  # noqa: BLE001 — a closure that fails still spent its time; say so
+            out[f"{name} failed"] = 1.0
+            print(f"  {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        out[name] = time.process_time() - c0
+    return out
+
+
+def bench_budgets(repeat: int, closures: list[str]) -> dict:
+    rng = np.random.default_rng()
+    res = {}
+    for name in BUDGETS:
+        print(f"budget case {name} ...", flush=True)
+        kernel_and_closures(case_config(name, rng), closures)  # numba code compiled/loaded, not timed
+        before = load()
+        runs = [kernel_and_closures(case_config(name, rng), closures) for _ in range(repeat)]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        med["total"] = statistics.median(sum(r[k] for k in ["kernel", *closures]) for r in runs)
+        cfg = case_config(name, rng)
+        modes = len(kernel_theory(cfg, with_gram=cfg.ode.basis == "extended").modes)
+        res[name] = {"median": med, "load": before, "modes": modes}
+    return res
+
+
+def run_wall(cmd: list[str], env: dict) -> tuple[float, str, str]:
+    before = load()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
+    return wall, before, proc.stderr
+
+
+def bench_cold() -> dict:
+    out = {}
+    for label, variants in (("3 variants", None), ("1 variant", "lazy")):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**ENV, "FEATUREODE_CACHE_DIR": str(Path(tmp) / "cache")}
+            cmd = [sys.executable, "-m", "featureode", "solve", "--out", str(Path(tmp) / "out")]
+            if variants:
+                cfg = Path(tmp) / "one.toml"
+                cfg.write_text(f'[ode]\nvariants = ["{variants}"]\n')
+                cmd.insert(3, str(cfg))
+            wall, before, err = run_wall(cmd, env)
+            out[label] = (wall, before, [line for line in err.splitlines() if "compiling" in line])
+    return out
+
+
+def bench_sweep() -> dict:
+    grid = ROOT / "benchmarks" / "grids" / "sweep1000.toml"
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        small = Path(tmp) / "first20.toml"
+        text = grid.read_text().replace("[0.01, 0.03, 0.06, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5]", "[0.01, 0.03]")
+        small.write_text(text.replace("[4, 6, 8, 12, 16, 20, 24, 32, 48, 64]", "[4, 6, 8, 12, 16]")
+                         .replace("[0.55, 0.7501, 0.9001, 1.1001, 1.2501, 1.4001, 1.5001, 1.7001, 1.9001, 2.2001]",
+                                  "[0.55, 0.7501]"))
+        cmd = [sys.executable, "-m", "featureode", "sweep", str(small), "--ode-only", "--jobs", "1", "--quiet",
+               "--out", str(Path(tmp) / "warmup")]
+        wall, before, err = run_wall(cmd, ENV)
+        out["warm-up (20 configs, compiles if needed)"] = (wall, before, [x for x in err.splitlines()
+                                                                          if "compiling" in x])
+        cmd = [sys.executable, "-m", "featureode", "sweep", str(grid), "--ode-only", "--jobs", "2", "--quiet",
+               "--out", str(Path(tmp) / "sweep")]
+        wall, before, err = run_wall(cmd, ENV)
+        rows = (Path(tmp) / "sweep" / "results.csv").read_text().count("\n") - 1
+        out["1000 configs, --jobs 2"] = (wall, before, [f"{rows} rows in results.csv"])
+        shutil.rmtree(Path(tmp) / "sweep", ignore_errors=True)
+    return out
+
+
+def bench_mlp() -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "cfg.toml"
+        cfg.write_text('[training]\ndevice = "cpu"\nthreads = 1\n')
+        import resource
+
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "featureode", "simulate", str(cfg), "--out", str(Path(tmp) / "o"),
+                        "--quiet"], env=ENV, check=True, capture_output=True, cwd=ROOT)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--mlp", action="store_true", help="measure the MLP run once (≈ 15–40 s) instead of the record")
+    ap.add_argument("--skip-closures", default="", help="comma-separated closures left out (say why in the table)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "budgets.md"))
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    skipped = [c for c in args.skip_closures.split(",") if c]
+    closures = [c for c in closure_names() if c not in skipped]
+    start = load()
+    budgets = bench_budgets(args.repeat, closures)
+    cold = bench_cold()
+    sweep = bench_sweep()
+    mlp_s = bench_mlp() if args.mlp else RECORDED_MLP_S
+    mlp_what = ("measured here (`featureode simulate`, default config, 1 thread, CPU)" if args.mlp else
+                f"recorded in mlp_benchmark.md ({RECORDED_MLP_S} s, default config, 1 thread, warm process)")
+
+    lines = ["# Budgets of issue 19 (`benchmarks/bench_budgets.py`)", "",
+             f"{platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}, "
+             f"{time.strftime('%Y-%m-%d %H:%M')}; load average (1, 5, 15 min) at the start: {start}. "
+             f"Command: `python benchmarks/bench_budgets.py{' --mlp' if args.mlp else ''} --repeat {args.repeat}"
+             f"{' --skip-closures ' + args.skip_closures if skipped else ''}`.", "",
+             "## Kernel + every registered closure, fresh non-rational spectrum, CPU time", "",
+             f"Closures: {', '.join(closures)}" + (f" (left out: {', '.join(skipped)})" if skipped else "")
+             + f". Median over {args.repeat} fresh spectra (exponent 1.5001 + U(0, 1e-3), offset 3 + U(0, 1e-3)); "
+             "staircase(2), γ = 0.5, the default network (N = 1024 does not enter the kernel), t_max = 300, "
+             f"rtol 1e-8. MLP: {mlp_what}; the ratio is MLP CPU / (kernel + closures) CPU.", "",
+             "| case | modes | kernel | " + " | ".join(closures) + " | total | budget | MLP / total | load |",
+             "|---|---:|---:|" + "---:|" * len(closures) + "---:|---:|---:|---|"]
+    for name, r in budgets.items():
+        m = r["median"]
+        ok = "met" if m["total"] <= BUDGETS[name] else "MISSED"
+        lines.append(f"| {name} | {r['modes']} | {m['kernel'] * 1e3:.1f} ms | "
+                     + " | ".join(f"{m[c] * 1e3:.1f} ms" for c in closures)
+                     + f" | **{m['total'] * 1e3:.1f} ms** | {BUDGETS[name] * 1e3:.0f} ms: {ok} | "
+                     f"{mlp_s / m['total']:.0f}× | {r['load']} |")
+    lines += ["", "## Cold start: `featureode solve` (built-in config), fresh process, empty cache, wall", "",
+              "| run | wall | load before | stderr lines about compiling |", "|---|---:|---|---|"]
+    for label, (wall, before, notes) in cold.items():
+        lines.append(f"| {label} | {wall:.2f} s | {before} | {len(notes)} |")
+    per = (cold["3 variants"][0] - cold["1 variant"][0]) / 2
+    lines += ["", f"3 variants: {cold['3 variants'][0]:.2f} s (budget 5 s: "
+              f"{'met' if cold['3 variants'][0] <= 5 else 'MISSED'}); per additional variant {per:.2f} s "
+              f"(budget 2 s: {'met' if per <= 2 else 'MISSED'}).", "",
+              "## CLI sweep: `featureode sweep benchmarks/grids/sweep1000.toml --ode-only`, fresh process, wall", "",
+              "| run | wall | load before | notes |", "|---|---:|---|---|"]
+    for label, (wall, before, notes) in sweep.items():
+        lines.append(f"| {label} | {wall:.2f} s | {before} | {'; '.join(notes) or '—'} |")
+    full = sweep["1000 configs, --jobs 2"][0]
+    lines += ["", f"1000 configs: {full:.2f} s (budget 10 s: {'met' if full <= 10 else 'MISSED'}).", "",
+              f"Load average at the end: {load()}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
