@@ -1,6 +1,6 @@
 """Throughput of the MLP simulator's SGD step (featureode.sim.mlp) against a plain PyTorch loop, and batched vs sequential runs.
 
-What is timed: one SGD step of the meanfield network of DESIGN §3 (fresh samples ``z ~ N(0, I_d)``, target
+What is timed: one SGD step of the meanfield network of theory §3 (fresh samples ``z ~ N(0, I_d)``, target
 ``staircase(2)``, the frozen init network subtracted, rate ``η γ² N``), i.e. sampling + forward + gradient + update;
 no measurements or NTK refreshes (those are reported by a full ``simulate_config`` run, see ``--full``).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Step-by-step SymPy derivation of the ReLU and erf Gaussian derivative means and Hermite coefficients (DESIGN §2).
+"""Step-by-step SymPy derivation of the ReLU and erf Gaussian derivative means and Hermite coefficients (theory §2).
 
     python derivations/activation_coefficients.py --out activation_coefficients.tex [--max-order K]
 
@@ -164,9 +164,9 @@ def relu(d: Derivation, kmax: int) -> None:
            "Step 5: mu_n")
     for n in range(kmax + 1):
         d.equation(f"\\mu_{{{n}}}(b,s)", act.hermite_expr(n), f"mu_{n}(b, s)")
-    d.text(r"\paragraph{Step 6 (check against DESIGN, section 2).} At $b=0$, $s=1$: $\mathbb{E}[\sigma He_n] = "
+    d.text(r"\paragraph{Step 6 (check against theory, section 2).} At $b=0$, $s=1$: $\mathbb{E}[\sigma He_n] = "
            r"1/\sqrt{2\pi},\ 1/2$, then $0$ for odd $n\ge3$ and $(-1)^{n/2-1}(n-3)!!/\sqrt{2\pi}$ for even $n\ge2$.",
-           "Step 6: b = 0, s = 1 against the DESIGN closed form")
+           "Step 6: b = 0, s = 1 against the theory closed form")
     rows = []
     for n in range(kmax + 1):
         mu = sp.simplify(act.hermite_expr(n).subs({B: 0, S: 1}))

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     Q = w0**2 + w1**2
     m_k = [gauss(sp.diff(sigma, u, k).subs(u, b + sp.sqrt(Q) * z0), {z0: 1}) for k in range(3)]
     check(sp.expand(A["z0"] - w0 * m_k[1]) == 0 and sp.expand(A["z1"] - w1 * m_k[1]) == 0,
-          "A_{z_i} = ŵ_i m_1(b, |ŵ|) (Stein form, DESIGN §2)")
+          "A_{z_i} = ŵ_i m_1(b, |ŵ|) (Stein form, theory §2)")
     print("  A_z0 =", A["z0"])
     tex.append(r"\section*{1. Projections}" "\n" rf"$A_{{z_0}} = {sp.latex(sp.factor(A['z0']))}$" "\n")
 

@@ -3,7 +3,7 @@
 Run ``python derivations/kernel_derivation.py [--out FILE.tex] [--compile]``. Every identity below is verified
 exactly (``assert``) before it is written:
 
-1. Per-neuron projections (DESIGN §2): for ``u = ŵ·z + b``, ``z ~ N(0, I)``, and polynomial ``F``,
+1. Per-neuron projections (theory §2): for ``u = ŵ·z + b``, ``z ~ N(0, I)``, and polynomial ``F``,
    ``E_z[h_β(z) F(u)] = ŵ^β/sqrt(β!) · E[F^{(|β|)}(u)]`` and
    ``E_z[h_β(z) z_i F(u)] = (ŵ^β ŵ_i E[F^{(|β|+1)}] + β_i ŵ^{β−e_i} E[F^{(|β|−1)}]) / sqrt(β!)``
    (so ``G_{βi} = sqrt(g_i) E_z[h_β z_i σ'(u)]``), in two dimensions with symbolic ``ŵ_0, ŵ_1, b``.
@@ -134,7 +134,7 @@ def document(projections: list[tuple[str, str]], relu: list[sp.Expr]) -> str:
 \date{{}}
 \begin{{document}}
 \maketitle
-Notation of DESIGN.md: data $x_i = \sqrt{{g_i}}\, z_i$, $z \sim N(0, I_d)$; neuron $u = w\cdot x + b = \hat w \cdot z + b$ with
+Notation (theory §1): data $x_i = \sqrt{{g_i}}\, z_i$, $z \sim N(0, I_d)$; neuron $u = w\cdot x + b = \hat w \cdot z + b$ with
 $\hat w_i = \sqrt{{g_i}}\, w_i \sim N(0, g_i)$, $b \sim N(0, \sigma_b^2)$, $a \sim N(0,1)$; derivative means
 $m_k(b, s) = \mathbb E[\sigma^{{(k)}}(u)]$, $u \sim N(b, s^2)$; infinite-width NTK
 $\Theta(x, x') = \mathbb E_k[\sigma(u)\sigma(u') + a^2 \sigma'(u)\sigma'(u')(x\cdot x' + 1)]$.

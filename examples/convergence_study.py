@@ -3,7 +3,7 @@
 Takes one case of a validation suite (default: `standard`'s staircase(3) at γ = 0.005, whose MLP test loss does not
 reach 10% within the horizon at N = 1024), trains its MLP at several widths N, solves its feature ODE on extended
 bases of growing size (``extended_max_modes:extended_degree``), and compares every MLP run with every ODE basis by
-the metrics of DESIGN §5. No constant is fitted: the ODE does not depend on N (its kernel is the infinite-width one),
+the metrics of theory §5. No constant is fitted: the ODE does not depend on N (its kernel is the infinite-width one),
 so each basis is solved once, and each width is trained once.
 
 Writes ``OUT/study.md`` (the table) and ``OUT/study.json`` (the rows), with the runs in ``OUT/mlp_N<width>/`` and

@@ -1,4 +1,4 @@
-"""Command-line interface ``featureode`` (DESIGN §6): parser, subcommands and error handling.
+"""Command-line interface ``featureode`` (theory §6): parser, subcommands and error handling.
 
 Subcommands: ``hermite``, ``decompose``, ``kernel``, ``derive``, ``solve``, ``simulate``, ``compare``, ``validate``,
 ``sweep``, ``plot``.
@@ -223,7 +223,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """``featureode sweep``: run every point of a grid file (DESIGN §7); writes ``DIR/results.csv``,
+    """``featureode sweep``: run every point of a grid file (theory §7); writes ``DIR/results.csv``,
     ``DIR/summary.md`` and ``DIR/runs/``."""
     from featureode.workflow.grid import load_grid
     from featureode.workflow.sweeps import apply_basis, list_text, make_executor, plan, run_sweep
@@ -356,7 +356,7 @@ def _real(positive: bool = False) -> Callable[[str], float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand (DESIGN §6)."""
+    """The argument parser of every subcommand (theory §6)."""
     p = argparse.ArgumentParser(prog="featureode", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traceback", action="store_true",
@@ -392,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_set(c: argparse.ArgumentParser) -> None:
         c.add_argument("--set", action="append", default=[], metavar="TABLE.KEY=VALUE", help=set_help)
-    json_help = "print the result as JSON (the keys of DESIGN §6) instead of a table"
+    json_help = "print the result as JSON (the keys of theory §6) instead of a table"
 
     h = add("hermite", cmd_hermite, "Hermite coefficients μ_0..μ_N of an activation")
     h.add_argument("activation", help="registered name (relu, erf, tanh, …) or an expression in u, e.g. 'u*tanh(u)'")

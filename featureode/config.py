@@ -1,4 +1,4 @@
-"""Run configuration (DESIGN §6): one TOML file drives ``kernel``, ``derive``, ``solve``, ``simulate``, ``compare``.
+"""Run configuration (theory §6): one TOML file drives ``kernel``, ``derive``, ``solve``, ``simulate``, ``compare``.
 
 Every table and key is declared here with its default and its valid range (:data:`RULES`). Loading checks them all
 and refuses a bad file with one line that names the key, the value and the fix: an unknown key or table (with the
@@ -54,7 +54,7 @@ class DataConfig:
     dim: int = 16
     exponent: float = 1.5
     offset: float = 3.0
-    eigenvalues: list | None = None   # g_0 ≥ g_1 ≥ … > 0 (descending, DESIGN §1); len = dim
+    eigenvalues: list | None = None   # g_0 ≥ g_1 ≥ … > 0 (descending, theory §1); len = dim
     covariance: list | None = None    # a symmetric positive definite dim × dim matrix (x in the user's coordinates)
 
 
@@ -208,7 +208,7 @@ _POS: dict[str, Any] = dict(lo=0, lo_open=True)
 RULES: dict[str, dict[str, "Num | Choice"]] = {
     "data": {
         "dim": Num(int, 1, MAX_DIM, why="the input dimension d; the spectrum, weights and samples hold d numbers"),
-        "exponent": Num(float, 0, why="g_i ∝ (i + offset)^(−exponent) must be non-increasing (DESIGN §1)"),
+        "exponent": Num(float, 0, why="g_i ∝ (i + offset)^(−exponent) must be non-increasing (theory §1)"),
         "offset": Num(float, **_POS, why="the power law needs i + offset > 0 from i = 0"),
     },
     "network": {
@@ -349,7 +349,7 @@ def resolved_device(name: str) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    """A validated run configuration: one dataclass per table (DESIGN §6)."""
+    """A validated run configuration: one dataclass per table (theory §6)."""
     data: DataConfig = field(default_factory=DataConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)

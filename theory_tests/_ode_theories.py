@@ -1,6 +1,6 @@
 """Hand-built :class:`featureode.kernel.theory.KernelTheory` instances for the feature-ODE tests.
 
-Made-up but realistic constants: HEA level coefficients ``Λ_l`` as DESIGN §4 quotes for ReLU with σ_b = 0.5
+Made-up but realistic constants: HEA level coefficients ``Λ_l`` as theory §4 quotes for ReLU with σ_b = 0.5
 (Λ_1..3 ≈ 0.694, 0.412, 0.184), exact ``λ_β(0)`` somewhat below HEA at levels ≥ 2, and ``c_l`` of the same order.
 """
 from __future__ import annotations

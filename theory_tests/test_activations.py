@@ -1,4 +1,4 @@
-"""Activation calculus (DESIGN §2) against independent numerical oracles.
+"""Activation calculus (theory §2) against independent numerical oracles.
 
 Every activation is re-defined here directly in mpmath (not from the package's SymPy expression). The oracle for
 ``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)]`` is a composite Gauss–Legendre rule at 30 digits on ``|ξ| ≤ 14`` with a
@@ -167,7 +167,7 @@ def test_relu_and_step_hand_forms() -> None:
 
 
 def test_relu_design_closed_form() -> None:
-    """DESIGN §2: ReLU (b=0, s=1) E[σ He_n] = 1/sqrt(2π), 1/2, then 0 for odd n ≥ 3, (−1)^{n/2−1}(n−3)!!/sqrt(2π)."""
+    """theory §2: ReLU (b=0, s=1) E[σ He_n] = 1/sqrt(2π), 1/2, then 0 for odd n ≥ 3, (−1)^{n/2−1}(n−3)!!/sqrt(2π)."""
     relu = ACTIVATIONS["relu"]
 
     def design(n: int) -> sp.Expr:
@@ -454,7 +454,7 @@ def test_random_invalid_expressions_are_refused(text: str, breaker: tuple) -> No
 # ------------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("n", [50, 101, 200])
 def test_relu_high_degree_against_design_closed_form(n: int) -> None:
-    """DESIGN §2: ReLU (b = 0, s = 1) E[σ He_n] = 0 for odd n ≥ 3 and (−1)^{n/2−1}(n−3)!!/sqrt(2π) for even n,
+    """theory §2: ReLU (b = 0, s = 1) E[σ He_n] = 0 for odd n ≥ 3 and (−1)^{n/2−1}(n−3)!!/sqrt(2π) for even n,
     exactly (SymPy equality of the exact coefficient)."""
     mu = ACTIVATIONS["relu"].hermite(n)
     want = 0 if n % 2 else (-1) ** (n // 2 - 1) * sp.factorial2(n - 3) / sp.sqrt(2 * sp.pi) / sp.sqrt(

@@ -1,4 +1,4 @@
-"""CLI JSON contract (DESIGN §6), config validation and the comparison metrics, against independent oracles."""
+"""CLI JSON contract (theory §6), config validation and the comparison metrics, against independent oracles."""
 from __future__ import annotations
 
 import json
@@ -21,7 +21,7 @@ def test_hermite_relu_json_matches_design_closed_form(capsys):
     out = run_json(capsys, "hermite", "relu", "--max-degree", "10", "--json")
     assert out["activation"] == "relu"
     assert set(out) >= {"activation", "coefficients", "exact"}
-    # DESIGN §2: E[σ He_n] = 1/sqrt(2π), 1/2, then (−1)^{n/2−1}(n−3)!!/sqrt(2π) for even n ≥ 2, 0 for odd n ≥ 3
+    # theory §2: E[σ He_n] = 1/sqrt(2π), 1/2, then (−1)^{n/2−1}(n−3)!!/sqrt(2π) for even n ≥ 2, 0 for odd n ≥ 3
     for n, mu in enumerate(out["coefficients"]):
         if n == 0:
             e_he = 1 / math.sqrt(2 * math.pi)
@@ -189,7 +189,7 @@ def test_validate_names_its_suites(capsys):
 
 
 def test_default_config_loads():
-    """The built-in default: staircase(2) at d = 16 on the DESIGN §1 power law (offset 3, exponent 1.5)."""
+    """The built-in default: staircase(2) at d = 16 on the theory §1 power law (offset 3, exponent 1.5)."""
     cfg = load_config()
     raw = np.arange(3, 19, dtype=float) ** -1.5
     np.testing.assert_allclose(cfg.spectrum().g, raw / raw.sum(), rtol=1e-13)
@@ -197,8 +197,8 @@ def test_default_config_loads():
 
 
 def test_kernel_json_contract(capsys, tmp_path):
-    """`featureode kernel CONFIG --json` (DESIGN §6): the listed keys, the target's modes, HEA = Λ_{|β|} g^β with g
-    written out by hand, the DESIGN ReLU values Λ_1, Λ_2 ≈ 0.694, 0.412 (σ_b = 0.5), κ = γ² c_1/Λ_1²."""
+    """`featureode kernel CONFIG --json` (theory §6): the listed keys, the target's modes, HEA = Λ_{|β|} g^β with g
+    written out by hand, the theory ReLU values Λ_1, Λ_2 ≈ 0.694, 0.412 (σ_b = 0.5), κ = γ² c_1/Λ_1²."""
     path = tmp_path / "k.toml"
     path.write_text('[data]\ndim = 4\n\n[target]\nexpr = "z0*z1 + z2"\n\n'
                     '[network]\nactivation = "relu"\nbias_std = 0.5\nrichness = 0.3\n')

@@ -1,7 +1,7 @@
 """Config validation as properties (hypothesis): random valid configs load with their values, random invalid ones raise
 a ConfigError naming the key; run-time-only keys leave a config's digest alone, every other key changes it.
 
-The valid ranges are written out here by hand from what each key means (DESIGN §1–§4 and the simulator's use of
+The valid ranges are written out here by hand from what each key means (theory §1–§4 and the simulator's use of
 it), not read from ``featureode.config.RULES``, so a rule that drifts from its meaning fails here.
 """
 from __future__ import annotations

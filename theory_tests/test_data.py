@@ -1,4 +1,4 @@
-"""Covariance spectra, whitening and sampling (DESIGN §1) against hand values and independent samplers."""
+"""Covariance spectra, whitening and sampling (theory §1) against hand values and independent samplers."""
 from __future__ import annotations
 
 import math

@@ -21,7 +21,7 @@ TOMLS = sorted(EXAMPLES.glob("*.toml"))
 
 
 def _first_crossing(t: np.ndarray, y: np.ndarray, level: float) -> float | None:
-    """DESIGN §5: first time y ≤ level, log y interpolated linearly in t between the bracketing samples."""
+    """theory §5: first time y ≤ level, log y interpolated linearly in t between the bracketing samples."""
     for k in range(len(y)):
         if y[k] <= level:
             if k == 0:
@@ -128,7 +128,7 @@ def test_compare_end_to_end_reduced(tmp_path, capsys):
     for v in rep["variants"].values():
         assert set(v) >= {"t", "loss", "t50", "t10", "t50_ratio", "t10_ratio", "log_rms"}
     assert (out / "report.png").stat().st_size > 10_000 and "| displacement |" in (out / "report.md").read_text()
-    # the metrics of DESIGN §5 recomputed by hand from the curves in the report (the MLP curve is the test loss)
+    # the metrics of theory §5 recomputed by hand from the curves in the report (the MLP curve is the test loss)
     mlp = json.loads((out / "mlp.json").read_text())
     t_m, l_m = np.asarray(rep["mlp"]["t"]), np.asarray(rep["mlp"]["loss"])
     np.testing.assert_allclose(l_m, np.asarray(mlp["loss"]) / mlp["loss"][0], rtol=1e-12)

@@ -1,4 +1,4 @@
-"""Grid files (DESIGN §7): parsing, point order and names, every bad input, the shipped suites, ``t_max = "auto"``."""
+"""Grid files (theory §7): parsing, point order and names, every bad input, the shipped suites, ``t_max = "auto"``."""
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,4 @@
-"""Hermite algebra (DESIGN §1) against independent oracles.
+"""Hermite algebra (theory §1) against independent oracles.
 
 Oracles: Rodrigues' formula ``He_n(z) = (-1)^n e^{z²/2} dⁿ/dzⁿ e^{-z²/2}`` (not SymPy's ``hermite_prob``), exact
 Gaussian moments from SymPy integration against ``e^{-z²/2}/sqrt(2π)``, direct polynomial expansion, mpmath's

@@ -2,7 +2,7 @@
 
 Oracles: the empirical NTK of a finite-width torch network at init (autograd, Monte Carlo over x, repeats for error
 bars); the closed-form arc-cosine kernels Taylor-expanded by mpmath; Monte Carlo over init neurons with hand-written
-ReLU derivative means; scipy quadrature over the exact Gamma law of |ŵ|² for isotropic data; the DESIGN values.
+ReLU derivative means; scipy quadrature over the exact Gamma law of |ŵ|² for isotropic data; the theory values.
 """
 from __future__ import annotations
 
@@ -273,7 +273,7 @@ def test_relu_level_coefficients_against_arccos_taylor_expansion():
         taylor = mpmath.taylor(lambda r: _arccos_theta(r, 0.5), 0, 6)
     ref = [float(c * mpmath.factorial(n)) for n, c in enumerate(taylor)]
     assert lam == pytest.approx(ref, rel=1e-10, abs=1e-13)
-    assert lam[1:4] == pytest.approx([0.694, 0.412, 0.184], abs=5e-4)     # DESIGN §4
+    assert lam[1:4] == pytest.approx([0.694, 0.412, 0.184], abs=5e-4)     # theory §4
 
 
 def _erf_theta(rho: mpmath.mpf, bias_std: float) -> mpmath.mpf:
@@ -322,7 +322,7 @@ def test_hea_approaches_exact_as_dimension_grows():
 
 
 def test_hea_overestimates_levels_2_and_3_on_the_default_spectrum():
-    """DESIGN §4: for ReLU, σ_b = 0.5 at d = 16 (power law 1.5, offset 3) the exact λ_β(0) are noticeably smaller
+    """theory §4: for ReLU, σ_b = 0.5 at d = 16 (power law 1.5, offset 3) the exact λ_β(0) are noticeably smaller
     than HEA at levels 2 and 3 (|x| fluctuates), the more so the higher the level."""
     rows = compare_exact_hea(["z0", "z0*z1", "z0*z1*z2"], Spectrum.power_law(16), "relu", 0.5)
     ratio = [r["hea_over_exact"] for r in rows]
@@ -398,7 +398,7 @@ def test_unlearnable_target_mode_warns():
 
 
 def test_kernel_report_contract_staircase3():
-    """Keys of DESIGN §6, a deterministic quadrature converged to 1e-9, HEA from the DESIGN values of Λ_1..3 (ReLU,
+    """Keys of theory §6, a deterministic quadrature converged to 1e-9, HEA from the theory values of Λ_1..3 (ReLU,
     σ_b = 0.5), κ from c_1 by Monte Carlo over neurons (c_1 = E[Φ(b/|ŵ|)²], hand-written)."""
     rep = json.loads(json.dumps(kernel_report(_config())))
     assert {"modes", "exact", "exact_stderr", "hea", "c", "level_coefficients"} <= set(rep)

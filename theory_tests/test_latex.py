@@ -43,7 +43,7 @@ CFG = _cfg(variants=["lazy", "agop", "displacement", "mine"], scale=True,
 def test_document_shows_terms_variants_and_constants():
     theory = make_theory("staircase(2)")
     doc = derive_document(CFG, theory)
-    kappa = 0.5**2 * C[1] / LEVELS[1] ** 2  # DESIGN §4: κ = γ² c_1 / Λ_1² from the theory's constants (γ = 0.5)
+    kappa = 0.5**2 * C[1] / LEVELS[1] ** 2  # theory §4: κ = γ² c_1 / Λ_1² from the theory's constants (γ = 0.5)
     for text in (r"\texttt{agop\_growth}", r"\texttt{displacement\_growth}", r"\texttt{mine\_growth}",
                  r"Variant \texttt{lazy+scale}", r"Variant \texttt{mine}", r"removed: \texttt{scale}",
                  r"\texttt{eigen\_growth} (replaced)", r"\eta = 0.2", rf"\kappa = {kappa:.4g}", r"$z_{0} z_{1}$",
@@ -139,7 +139,7 @@ def test_text_helpers():
 
 
 def test_printer_uses_design_notation():
-    """Each indexed object prints as its DESIGN §4 symbol (hand-written here): c_{|β|}, g^β, β_i, λ_β(0), K̃_{βα}."""
+    """Each indexed object prints as its theory §4 symbol (hand-written here): c_{|β|}, g^β, β_i, λ_β(0), K̃_{βα}."""
     b, a, i = ode.beta, ode.alpha, ode.i
     cases = [(ode.c[b], r"c_{|\beta|}"), (ode.gpow[b], r"g^{\beta}"), (ode.B[b, i], r"{\beta}_{i}"),
              (ode.lam0[b], r"\lambda_{\beta}(0)"), (ode.lam[b], r"\lambda_{\beta}"),

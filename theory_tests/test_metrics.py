@@ -1,4 +1,4 @@
-"""Curve metrics of DESIGN §5 and the Ratio of two crossing times, against closed forms and hand-computed cases."""
+"""Curve metrics of theory §5 and the Ratio of two crossing times, against closed forms and hand-computed cases."""
 from __future__ import annotations
 
 import math

@@ -1,7 +1,7 @@
-"""The MLP simulator (DESIGN §3, §5–6): SGD step, estimators, lazy limit, resume, divergence, batching.
+"""The MLP simulator (theory §3, §5–6): SGD step, estimators, lazy limit, resume, divergence, batching.
 
 Independent oracle for the estimators: for Gaussian inputs every projection of a neuron is an exact Gaussian integral
-(DESIGN §2), ``E_x[h_β(z) F(w·x + b)] = ŵ^β/sqrt(β!) · m^F_{|β|}(b, |ŵ|)``, so the network's exact projections
+(theory §2), ``E_x[h_β(z) F(w·x + b)] = ŵ^β/sqrt(β!) · m^F_{|β|}(b, |ŵ|)``, so the network's exact projections
 ``f_β`` and exact eNTK Rayleigh quotients ``λ_β`` (no test-set noise) follow from the activation's derivative means.
 """
 from __future__ import annotations
@@ -224,7 +224,7 @@ def test_lazy_limit_follows_the_kernel_flow():
     eigenvalues, |log ratio| ≤ 0.08 wherever the flow is above 0.05, and the test loss has t50 within 6%.
 
     (The test loss itself departs from the flow late, by about a third at L/L(0) ≈ 0.1 here: the kernel also feeds modes outside
-    the target's support, which only the extended basis of DESIGN §4 captures; finite width N = 1024 moves λ_β by a
+    the target's support, which only the extended basis of theory §4 captures; finite width N = 1024 moves λ_β by a
     few per cent.)
     """
     cfg = small_cfg(expr="z0*z1", dim=6, width=1024, richness=0.01, batch=512, t_max=60.0, n_points=14,
@@ -287,7 +287,7 @@ def test_resume_after_interrupt_and_crash_is_bit_identical(tmp_path, monkeypatch
 
 
 def test_outputs_and_contract_keys(tmp_path):
-    """mlp.json has the DESIGN §6 keys with [time][mode] / [time][dimension] arrays, plus mlp.npz and the checkpoint;
+    """mlp.json has the theory §6 keys with [time][mode] / [time][dimension] arrays, plus mlp.npz and the checkpoint;
     f = 0 at t = 0, so the loss starts at L(0) = ½ mean_p f*(x_p)² over the seeded test set (recomputed here with
     staircase(2) = (z0 + z0 z1)/sqrt2 written by hand), which estimates ½ E[f*²] = ½."""
     cfg = small_cfg(expr="staircase(2)", t_max=4.0, n_points=5, t_min=0.5)
@@ -308,7 +308,7 @@ def test_outputs_and_contract_keys(tmp_path):
     assert abs(on_disk["loss"][0] - 0.5) < 4 * 0.5 * math.sqrt(6.5 / cfg.training.n_test)
     assert on_disk["f"][0] == [0.0] * 4 and on_disk["in_support_loss"][0] == 1.0
     assert on_disk["complete"] and on_disk["reached_t"] == 4.0
-    # DESIGN §3: η = min(eta_max, eta_safety/λ_top) with the default eta_safety = 0.5, i.e. η ≤ 0.5/λ_top
+    # theory §3: η = min(eta_max, eta_safety/λ_top) with the default eta_safety = 0.5, i.e. η ≤ 0.5/λ_top
     top, eta = res.arrays["lambda_top"], res.arrays["eta"]
     assert cfg.training.eta_safety == 0.5 and np.all(top > 0)
     np.testing.assert_allclose(eta, np.minimum(cfg.training.eta_max, 0.5 / top), rtol=1e-12)

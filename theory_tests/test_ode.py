@@ -113,7 +113,7 @@ def test_ablating_a_term_removes_exactly_that_term(term):
 
 
 def _reference_rhs(theory, y: np.ndarray, closure: str, scale: bool, off: set, kappa: float = 0.3) -> np.ndarray:
-    """DESIGN §4 written out by hand in NumPy (independent of the SymPy layer); ``off``: terms switched off."""
+    """theory §4 written out by hand in NumPy (independent of the SymPy layer); ``off``: terms switched off."""
     modes, g, gamma = theory.modes, theory.g, theory.gamma
     m = len(modes)
     f, dd = y[:m], y[m:]

@@ -1,4 +1,4 @@
-"""The simulator's step schedule and divergence rule (featureode.sim.schedule, DESIGN §3), without torch.
+"""The simulator's step schedule and divergence rule (featureode.sim.schedule, theory §3), without torch.
 
 Oracles: exact definitions re-derived here — the landing rule checked step by step on float clocks, stop conditions
 counted directly, and the windowed batch-loss mean computed by NumPy over every window.

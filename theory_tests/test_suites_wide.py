@@ -1,4 +1,4 @@
-"""The `wide` and `wide_quick` grid files: DESIGN §7 format, every case a valid config, the axes issue 14 asks for."""
+"""The `wide` and `wide_quick` grid files: theory §7 format, every case a valid config, the axes issue 14 asks for."""
 from __future__ import annotations
 
 import tomllib
@@ -26,7 +26,7 @@ def _cases(name: str) -> tuple[dict, list[dict]]:
         for key, value in {**grid.get("set", {}), **{key: v[k] for key, v in grid["zip"].items()}}.items():
             table, _, field = key.partition(".")
             assert table in SECTIONS and field, key
-            # "auto" is resolved by the sweep runner (DESIGN §7) before a config is built; any number stands in
+            # "auto" is resolved by the sweep runner (theory §7) before a config is built; any number stands in
             raw.setdefault(table, {})[field] = 100.0 if value == "auto" else value
         cases.append(raw)
     return grid, cases

@@ -1,4 +1,4 @@
-"""Sweeps (DESIGN §7): real tiny sweeps through every executor, resuming, retries, the results table, summaries."""
+"""Sweeps (theory §7): real tiny sweeps through every executor, resuming, retries, the results table, summaries."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Target parsing and exact Hermite decomposition (DESIGN §1) against hand derivations and Monte Carlo.
+"""Target parsing and exact Hermite decomposition (theory §1) against hand derivations and Monte Carlo.
 
 Hand values use He_1 = z, He_2 = z² − 1, He_3 = z³ − 3z (so z² = 1 + sqrt2 h_2, z³ = 3 h_1 + sqrt6 h_3) and
 x_i = sqrt(g_i) z_i. Re-expansions use SymPy's ``hermite_prob``, not the package's Hermite code.

@@ -1,4 +1,4 @@
-"""Trajectory and ODEResult: JSON + npz round trips, the DESIGN §6 keys, files of the earlier layout, and damaged
+"""Trajectory and ODEResult: JSON + npz round trips, the theory §6 keys, files of the earlier layout, and damaged
 files refused with TrajectoryFileError."""
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_trajectory_round_trip_json_and_npz(tmp_path):
     tr = _mlp()
     path = tr.save(tmp_path)
     data = json.loads(path.read_text())
-    # DESIGN §6 keys of mlp.json, closure diagnostics nested as "lambda_parts": {"readout": ...}
+    # theory §6 keys of mlp.json, closure diagnostics nested as "lambda_parts": {"readout": ...}
     assert {"modes", "t", "loss", "in_support_loss", "t50", "t10", "f", "f_stderr", "lambda", "r", "a2"} <= set(data)
     assert set(data["lambda_parts"]) == {"readout"}
     _same(Trajectory.load(tmp_path, "mlp"), tr)

@@ -1,4 +1,4 @@
-"""Activation calculus (DESIGN §2): Gaussian derivative means and Hermite coefficients.
+"""Activation calculus (theory §2): Gaussian derivative means and Hermite coefficients.
 
 For ``u ~ N(b, s²)`` the derivative means are ``m_k(b, s) = E[σ^{(k)}(u)] = ∂_b^k m_0(b, s)`` and the Hermite
 coefficients are ``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)] = s^n m_n(b, s) / sqrt(n!)``, ``ξ ~ N(0, 1)`` (Gaussian

@@ -1,4 +1,4 @@
-"""Anisotropic Gaussian data (DESIGN §1): covariance spectra, whitening, seeded sampling.
+"""Anisotropic Gaussian data (theory §1): covariance spectra, whitening, seeded sampling.
 
 ``x ~ N(0, Σ)`` is handled in the eigenbasis of Σ, ``Σ = diag(g_0, …, g_{d-1})`` with ``g`` descending, and whitened
 coordinates ``z_i = x_i / sqrt(g_i)``. A full covariance is diagonalised and its rotation kept (``rotation``: columns
@@ -100,7 +100,7 @@ class Spectrum:
 
     @classmethod
     def from_eigenvalues(cls, eigenvalues: Sequence[Any]) -> "Spectrum":
-        """Explicit eigenvalues ``g_0 ≥ g_1 ≥ … > 0``, in the user's order, which must be descending (DESIGN §1):
+        """Explicit eigenvalues ``g_0 ≥ g_1 ≥ … > 0``, in the user's order, which must be descending (theory §1):
         ``x_i`` and ``z_i`` are then the user's coordinates, the same ones a diagonal covariance gives. Numbers,
         and strings like ``"1/2"``; rationals (ints, strings) stay exact."""
         if isinstance(eigenvalues, (str, bytes)) or not isinstance(eigenvalues, Sequence):
@@ -131,7 +131,7 @@ class Spectrum:
         rise = np.flatnonzero(np.diff(floats) > 0)
         if rise.size:
             i = int(rise[0])
-            raise DataError(f"eigenvalues must be in descending order (g_0 ≥ g_1 ≥ …, DESIGN §1), but entry {i + 1} "
+            raise DataError(f"eigenvalues must be in descending order (g_0 ≥ g_1 ≥ …), but entry {i + 1} "
                             f"({vals[i + 1]!r}) > entry {i} ({vals[i]!r}); sort them and number the target's "
                             "coordinates to match, or give covariance = the diagonal matrix to keep this order")
         all_exact = all(v.is_Rational for v in exact)

@@ -1,4 +1,4 @@
-"""Hermite algebra (DESIGN §1).
+"""Hermite algebra (theory §1).
 
 Orthonormal probabilists' Hermite polynomials ``h_n(z) = He_n(z)/sqrt(n!)`` under ``N(0, 1)``, multi-indices
 ``α ∈ N^d`` (class :class:`Mode`, sparse ``{dim: order}``, 0-based dimensions), exact product linearisation,
@@ -106,7 +106,7 @@ class Mode:
     """Multi-index ``α`` stored sparsely as sorted ``((dim, order), …)`` with all orders ≥ 1.
 
     ``h_α(z) = Π_i h_{α_i}(z_i)``, ``|α| = Σ α_i``, ``α! = Π α_i!``, ``g^α = Π g_i^{α_i}``.
-    Text form (DESIGN §1): ``1``, ``z0``, ``z0*z1``, ``h2(z0)*z3``.
+    Text form (theory §1): ``1``, ``z0``, ``z0*z1``, ``h2(z0)*z3``.
     """
 
     items: tuple[tuple[int, int], ...] = ()

@@ -1,4 +1,4 @@
-"""Exact derivative means at a point, ``m_0(b, s) … m_N(b, s)``, by Taylor recurrences (DESIGN §2).
+"""Exact derivative means at a point, ``m_0(b, s) … m_N(b, s)``, by Taylor recurrences (theory §2).
 
 ``m_k(b, s) = ∂_b^k m_0(b, s) = k! [ε^k] m_0(b + ε, s)``. Every closed form of :mod:`featureode.calculus.activations`
 is a sum of terms ``c · B^p · T(B)`` with ``T = 1``, ``T = erf(αB + β)`` or ``T = exp(q_2 B² + q_1 B + q_0)``, whose

@@ -1,4 +1,4 @@
-"""Gaussian quadrature of an activation (DESIGN §2) where no closed form exists.
+"""Gaussian quadrature of an activation (theory §2) where no closed form exists.
 
 * :func:`hermite_quad`: ``μ_n(b, s) = E[σ(s ξ + b) h_n(ξ)]`` by mpmath tanh-sinh quadrature at a stated precision,
   split at ``ξ = 0`` and at the kinks of σ; refuses (``ActivationError``) when the error estimate misses it.

@@ -1,4 +1,4 @@
-"""Targets ``f*(x) = Σ_α v_α h_α(z)`` (DESIGN §1): parsing, exact Hermite decomposition, evaluation.
+"""Targets ``f*(x) = Σ_α v_α h_α(z)`` (theory §1): parsing, exact Hermite decomposition, evaluation.
 
 A target expression is a polynomial written with
 

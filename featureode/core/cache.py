@@ -1,4 +1,4 @@
-"""The on-disk cache of generated code (DESIGN §5): where it lives and how an entry is written.
+"""The on-disk cache of generated code (theory §5): where it lives and how an entry is written.
 
 Generated Python sources — the compiled ODE modules of :mod:`featureode.ode.compile` and the NumPy forms of the closed
 derivative means ``m_k(b, s)`` of :mod:`featureode.calculus.activations` — are kept in ``$FEATUREODE_CACHE_DIR`` (default

@@ -4,7 +4,7 @@ measured, on the loss figure's logarithmic time axis.
 One row per variant, four panels:
 
 1. ``λ_β(t)/λ_β(0)`` per target mode, predicted (solid) against measured (dashed, the eNTK Rayleigh quotient);
-2. the same per part (readout, first-layer weights, bias; DESIGN §6 ``lambda_parts``) for the target's leading
+2. the same per part (readout, first-layer weights, bias; theory §6 ``lambda_parts``) for the target's leading
    mode, each part over its own value at ``t = 0`` — the prediction of a variant for a part is its
    ``lambda_parts/PART`` array when it has one, else its total growth ``λ_β(t)/λ_β(0)`` (every built-in closure
    scales all parts of a mode alike);

@@ -93,7 +93,7 @@ BREAK_CHARS = 120
 
 
 class _Printer(LatexPrinter):
-    """LaTeX in DESIGN notation; term placeholders are printed as braces labelled with the term name."""
+    """LaTeX in theory notation; term placeholders are printed as braces labelled with the term name."""
 
     def __init__(self, fill: Mapping[str, tuple[sp.Expr, str]] | None = None,
                  space: IndexSpace | None = None, wrap: bool = False) -> None:
@@ -168,7 +168,7 @@ class _Printer(LatexPrinter):
 
 
 def expr_latex(expr: sp.Expr) -> str:
-    """An indexed expression in DESIGN notation."""
+    """An indexed expression in theory notation."""
     return _Printer().doprint(expr)
 
 

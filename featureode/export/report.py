@@ -1,4 +1,4 @@
-"""The comparison report of one config (DESIGN §5–6): :class:`Report`, built from an
+"""The comparison report of one config (theory §5–6): :class:`Report`, built from an
 :class:`~featureode.results.trajectory.ODEResult` and the network's :class:`~featureode.results.trajectory.Trajectory`, and its three
 files ``report.json``, ``report.md`` and ``report.png``.
 
@@ -87,7 +87,7 @@ class MLPSummary:
         return "ok" if self.complete else f"stopped early at t = {self.reached_t:.4g}"
 
     def to_json(self) -> dict[str, Any]:
-        """``report.json``'s ``"mlp"`` entry (DESIGN §6 keys plus in-support crossings and the run's end)."""
+        """``report.json``'s ``"mlp"`` entry (theory §6 keys plus in-support crossings and the run's end)."""
         out = {"t": self.t, "loss": self.loss, "in_support_loss": self.in_support_loss, "t50": self.t50,
                "t10": self.t10, "in_support_t50": self.in_support_t50, "in_support_t10": self.in_support_t10,
                "complete": self.complete, "reached_t": self.reached_t, "status": self.status}
@@ -121,7 +121,7 @@ class VariantReport:
         return "ok" if self.error is None else self.error
 
     def to_json(self) -> dict[str, Any]:
-        """``report.json``'s ``variants[NAME]`` entry (DESIGN §6 keys, ratio ranges, ``in_support``)."""
+        """``report.json``'s ``variants[NAME]`` entry (theory §6 keys, ratio ranges, ``in_support``)."""
         if self.metrics is None:
             out: dict[str, Any] = {"t": [], "loss": [], "t50": None, "t10": None, "t50_ratio": None,
                                    "t10_ratio": None, "log_rms": None, "in_support": {}}
@@ -136,7 +136,7 @@ class VariantReport:
 
 @dataclass(frozen=True)
 class Report:
-    """The comparison of every ODE variant of ``config`` with its MLP (DESIGN §5), with the results it was built
+    """The comparison of every ODE variant of ``config`` with its MLP (theory §5), with the results it was built
     from (``ode``, ``network``) for the figure."""
 
     config: Config
@@ -160,7 +160,7 @@ class Report:
         return "ok" if not issues else "; ".join(issues)
 
     def to_json(self) -> dict[str, Any]:
-        """``report.json`` in strict JSON form (DESIGN §6: ``mlp``, ``variants``; plus ``config``, ``modes``,
+        """``report.json`` in strict JSON form (theory §6: ``mlp``, ``variants``; plus ``config``, ``modes``,
         ``digest``, ``wall_s``, ``status``)."""
         return json_ready({"config": self.config.to_dict(), "modes": list(self.modes), "mlp": self.mlp.to_json(),
                            "variants": {k: v.to_json() for k, v in self.variants.items()}, "digest": self.digest,

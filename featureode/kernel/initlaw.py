@@ -1,4 +1,4 @@
-"""The init law of a neuron's pre-activation scale (DESIGN §3–4): the law of ``Q = |ŵ|²`` and the bias rule.
+"""The init law of a neuron's pre-activation scale (theory §3–4): the law of ``Q = |ŵ|²`` and the bias rule.
 
 Under ``ŵ_i ~ N(0, g_i)`` the kernel averages are ``E[ŵ^{2γ} (P) F(Q)]`` with ``P = Σ_i g_i ŵ_i²``. The weight
 ``ŵ^{2γ}`` size-biases the law of ``Q``: ``E[ŵ^{2γ} F(Q)] = M_γ E[F(Σ_i g_i X_i)]`` with ``X_i ~ χ²_{1+2γ_i}``

@@ -1,4 +1,4 @@
-"""The reference network at initialisation as one value (DESIGN §3), built once per config and passed down.
+"""The reference network at initialisation as one value (theory §3), built once per config and passed down.
 
 A :class:`Network` holds what the init kernel depends on: the activation, the spectrum, ``σ_b``, the
 parametrization (its readout variance ``E[a²]``) and the quadrature state (the law of ``|ŵ|²`` of the spectrum

@@ -1,4 +1,4 @@
-"""The network's parametrization as named inputs (DESIGN §3): one seam read by the simulator, the kernel and the ODE.
+"""The network's parametrization as named inputs (theory §3): one seam read by the simulator, the kernel and the ODE.
 
 A parametrization says how the width ``N`` and the richness ``γ`` enter the network and its training, and so fixes
 the time unit of gradient flow and the kernel the ODE starts from. Every place that used to hard-code the meanfield
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from featureode.core.errors import FeatureODEError
 from featureode.core.registry import Registry
 
-#: The parameter groups of the two-layer network, and so the parts the NTK splits into (DESIGN §4): readout ``a``,
+#: The parameter groups of the two-layer network, and so the parts the NTK splits into (theory §4): readout ``a``,
 #: first-layer weights ``w`` and biases ``b``. The kernel, the simulator's measurements (``lambda_parts/PART``), the
 #: second-order constants and the diagnostics figure all use these names.
 PARTS = ("readout", "weights", "bias")

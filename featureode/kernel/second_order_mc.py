@@ -2,7 +2,7 @@
 ``derivations/closure_second_order.py``).
 
 Per init neuron ``θ = (a, ŵ, b)`` (whitened first-layer weights ``ŵ_i = sqrt(g_i) w_i``) the projection of its
-feature on a mode is, by Gaussian integration by parts (DESIGN §2),
+feature on a mode is, by Gaussian integration by parts (theory §2),
 ``A_β(ŵ, b) = E_x[h_β σ(u)] = ŵ^β m_{|β|}(b, |ŵ|)/sqrt(β!)``, with the exact derivatives
 ``∂_{ŵ_i} A_β = (β_i ŵ^{β−e_i} m_p + ŵ^β ŵ_i m_{p+2})/sqrt(β!)`` and ``∂_b A_β = ŵ^β m_{p+1}/sqrt(β!)`` (``p = |β|``).
 With ``φ_β = a A_β`` and the metric ``P = diag(1, g, 1)`` the mean-field gradient flow restricted to the mode set is
@@ -156,7 +156,7 @@ def predicted_parts(so: SecondOrder, D: np.ndarray, q: float, resummed: bool = F
     """The parts of ``λ_β(t)`` that the ``second_order`` (or, ``resummed``, the ``resummed``) closure predicts from
     its integrated residuals ``D`` (``n_t × M``): ``λ^P_β(0) + λ_β(0) Σ_α S^P_{βα} G_α(D_α)`` with
     ``G = q D²`` (or ``2 sinh²(sqrt(q S̄_α/2) D)/S̄_α``); they sum to ``λ_β(0) ρ_β`` (Monte Carlo ``λ_β(0)``). Keys
-    ``"readout"``, ``"weights"``, ``"bias"`` (the DESIGN §6 ``lambda_parts`` names)."""
+    ``"readout"``, ``"weights"``, ``"bias"`` (the theory §6 ``lambda_parts`` names)."""
     D = np.asarray(D, float)
     if resummed:
         sd = np.maximum(np.diag(so.S), 1e-30)

@@ -1,10 +1,10 @@
-"""Kernel theory at initialization (DESIGN §3–4): exact infinite-width NTK eigenvalues, HEA, closure constants.
+"""Kernel theory at initialization (theory §3–4): exact infinite-width NTK eigenvalues, HEA, closure constants.
 
-Network (DESIGN §3): ``f(x) = (1/(γN)) Σ_k a_k σ(u_k) − f_init``, ``u_k = w_k·x + b_k = ŵ_k·z + b_k`` with
+Network (theory §3): ``f(x) = (1/(γN)) Σ_k a_k σ(u_k) − f_init``, ``u_k = w_k·x + b_k = ŵ_k·z + b_k`` with
 ``ŵ_i = sqrt(g_i) w_i ~ N(0, g_i)``, ``b ~ N(0, σ_b²)``, ``a ~ N(0, 1)``. Its infinite-width NTK is
 ``Θ(x, x') = E_k[σ(u)σ(u') + a² σ'(u)σ'(u')(x·x' + 1)]``.
 
-Exact projections (per neuron, DESIGN §2, ``p = |β|``, ``m_k = m_k(b, |ŵ|)``)::
+Exact projections (per neuron, theory §2, ``p = |β|``, ``m_k = m_k(b, |ŵ|)``)::
 
     A_β    = E_x[h_β σ(u)]     = ŵ^β m_p     / sqrt(β!)                               (readout)
     H_β    = E_x[h_β σ'(u)]    = ŵ^β m_{p+1} / sqrt(β!)                               (bias)
@@ -30,7 +30,7 @@ Layout: :func:`pair_terms` is the one per-neuron formula (each part of ``K_{αβ
 ``E[ŵ^{2γ} (P) m_j m_k]``); :class:`QuadratureAverager` (law of ``Q`` × :class:`MeanTable` of ``E_b[m_j m_k]``) and
 :class:`MonteCarloAverager` evaluate it; :func:`check_integrable` refuses averages that do not exist; a
 :class:`~featureode.kernel.network.Network` carries the shared quadrature state.
-HEA (DESIGN §4): on the unit sphere, Mehler's formula gives ``Θ(ρ) = Σ_l Λ_l ρ^l / l!`` with
+HEA (theory §4): on the unit sphere, Mehler's formula gives ``Θ(ρ) = Σ_l Λ_l ρ^l / l!`` with
 ``Λ_l = (l+1) E_b[m_l(b, 1)²] + E_b[m_{l+1}(b, 1)²]``, and ``λ_β^HEA = Λ_{|β|} g^β``.
 Closure constants: ``c_l = E_k[a² m_l(b, |ŵ|)²]``, ``κ = γ² c_1 / Λ_1²``.
 
@@ -144,7 +144,7 @@ class KernelTheory:
 
     @property
     def kappa(self) -> float:
-        """Derived AGOP constant ``κ = γ² c_1 / Λ_1²`` (DESIGN §4)."""
+        """Derived AGOP constant ``κ = γ² c_1 / Λ_1²`` (theory §4)."""
         return float(self.gamma**2 * self.c[1] / self.level_coefficients[1] ** 2)
 
     def lambda0(self, which: str = "exact") -> np.ndarray:
@@ -374,7 +374,7 @@ def kernel_theory_batch(cfgs: Sequence[Any], basis: str | None = None,
 
 
 def kernel_report(cfg: Config) -> dict[str, Any]:
-    """``featureode kernel CONFIG --json`` (DESIGN §6): init eigenvalues of the target's modes and closure constants.
+    """``featureode kernel CONFIG --json`` (theory §6): init eigenvalues of the target's modes and closure constants.
 
     Keys: ``modes``, ``exact``, ``exact_stderr`` (0: deterministic quadrature), ``hea``, ``c``,
     ``level_coefficients``; extra: ``target``, ``hea_over_exact``, ``exact_quadrature_error`` (difference to a rule

@@ -1,4 +1,4 @@
-"""Calculus on indexed SymPy expressions: the machinery under the feature ODE's two renderings (DESIGN §4).
+"""Calculus on indexed SymPy expressions: the machinery under the feature ODE's two renderings (theory §4).
 
 An *indexed* expression is built from ``Indexed`` objects (``f[β]``, ``β_i`` …), plain symbols, and full-range
 ``Sum``/``Product`` over an index (``Σ_{β∈B}``, ``Π_{i=0}^{d-1}``). Every index symbol has a *kind* with an extent

@@ -1,4 +1,4 @@
-"""``replay``: the kernel flow of DESIGN §4 driven by the *measured* eigenvalues of a simulation (DESIGN §6).
+"""``replay``: the kernel flow of theory §4 driven by the *measured* eigenvalues of a simulation (theory §6).
 
 It tests the kernel-flow backbone apart from any closure: if the replay agrees with the network where a closure
 does not, the closure's predicted ``λ_β(t)`` is what is wrong; if the replay disagrees too, the backbone (a diagonal

@@ -1,4 +1,4 @@
-"""Solving the feature ODE (DESIGN §4, §6): ``solve_variant`` for one variant, ``solve_config`` for a config,
+"""Solving the feature ODE (theory §4, §6): ``solve_variant`` for one variant, ``solve_config`` for a config,
 ``solve_batch`` for many configs.
 
 The state ``y = (f_β, D_β)`` starts at 0. Two kinds of integrator (``method``):
@@ -580,7 +580,7 @@ def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = No
     the Gram matrix on the extended basis).
 
     Returns an :class:`~featureode.results.trajectory.ODEResult` and, with ``out_dir``, writes ``ode.json``/``ode.npz``
-    (DESIGN §6 keys plus each variant's ``D``, ``r``, ``s``, ``info``). A variant that fails does not raise: its
+    (theory §6 keys plus each variant's ``D``, ``r``, ``s``, ``info``). A variant that fails does not raise: its
     trajectory keeps the partial curve with ``status.error`` set (``result.errors`` lists them). The variant
     ``replay`` needs a simulation: it is a :class:`~featureode.ode.variants.VariantError` here unless ``allow_replay``
     (a caller such as compare that adds :func:`featureode.ode.replay.replay` itself), which skips it. ``compile``:

@@ -1,4 +1,4 @@
-"""The feature ODE family of DESIGN §4 as named SymPy terms, in indexed and expanded renderings.
+"""The feature ODE family of theory §4 as named SymPy terms, in indexed and expanded renderings.
 
 State per mode ``β ∈ B`` (``M = |B|`` modes, ``d`` directions): ``f_β`` and ``D_β``, stacked as ``y = (f, D)``.
 The system is a fixed sequence of assignments; each right-hand side is written with *term placeholders* that a
@@ -137,7 +137,7 @@ SCALE = Term("scale", 1 + q * mode_sum(c[beta] * gpow[beta] * D[beta] ** 2), (),
 second-layer second moment ``⟨a²⟩``.
 
 Derivation. The readout weights follow ``da_k/dt = γ E_x[(y − f) σ(u_k)]``. With ``y − f = Σ_β (v_β − f_β) h_β`` and
-Gaussian integration by parts (DESIGN §2) ``E_x[h_β σ(u_k)] = ŵ_k^β m_{|β|}(b_k, |ŵ_k|)/sqrt(β!)``; to first order
+Gaussian integration by parts (theory §2) ``E_x[h_β σ(u_k)] = ŵ_k^β m_{|β|}(b_k, |ŵ_k|)/sqrt(β!)``; to first order
 the first-layer weights are frozen, so integrating in time gives
 ``a_k(t) − a_k(0) = γ Σ_β D_β ŵ_k^β m_{|β|}/sqrt(β!)``. Averaging the square over init neurons, the cross term
 ``2 a_k(0)(a_k(t) − a_k(0))`` vanishes (``a_k(0)`` is independent of ``(w_k, b_k)`` with mean 0); in the square of the

@@ -1,4 +1,4 @@
-"""Variants and ablation as data (DESIGN §4): a variant is a closure + options + removed/replaced terms.
+"""Variants and ablation as data (theory §4): a variant is a closure + options + removed/replaced terms.
 
 - Closures are named entries of a registry (:func:`closure_names`): ``lazy`` (``r_i = 1``), ``agop``,
   ``displacement`` (direction laws for ``r_i``), ``second_order`` and ``resummed`` (eigenvalue laws for ``ρ_β``);

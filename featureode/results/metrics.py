@@ -1,4 +1,4 @@
-"""Curve metrics of DESIGN §5, shared by the simulator, the report and the suites.
+"""Curve metrics of theory §5, shared by the simulator, the report and the suites.
 
 * :func:`crossing_time` — ``t50``, ``t10``: first time the normalised loss ``L(t)/L(0)`` falls below 0.5 / 0.1
   (log-linear interpolation);
@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 
 def crossing_time(t: ArrayLike, ratio: ArrayLike, level: float) -> float | None:
     """First time ``ratio(t) ≤ level``, interpolating ``log ratio`` linearly in ``t`` between the two samples that
-    bracket the crossing (DESIGN §5: ``t50``, ``t10``); ``None`` when the curve never gets there."""
+    bracket the crossing (theory §5: ``t50``, ``t10``); ``None`` when the curve never gets there."""
     t_arr, r_arr = np.asarray(t, float), np.asarray(ratio, float)
     below = np.nonzero(r_arr <= level)[0]
     if below.size == 0:
@@ -175,7 +175,7 @@ class Ratio:
 
 @dataclass(frozen=True)
 class CurveMetrics:
-    """DESIGN §5 metrics of one curve against a reference: the curve's ``t50``/``t10``, the ratios to the
+    """theory §5 metrics of one curve against a reference: the curve's ``t50``/``t10``, the ratios to the
     reference's, and ``log_rms`` (``None`` where no reference time qualifies)."""
 
     t50: float | None
@@ -198,7 +198,7 @@ class CurveMetrics:
 
 def curve_metrics(t_ode: ArrayLike, loss_ode: ArrayLike, t_ref: ArrayLike,
                   loss_ref: ArrayLike, floor: float = 1e-2) -> CurveMetrics:
-    """Metrics of DESIGN §5 for one ODE curve against one reference (MLP) curve, both normalised here to
+    """Metrics of theory §5 for one ODE curve against one reference (MLP) curve, both normalised here to
     ``L/L(0)``. A curve that ends before it crosses still bounds the ratio (:meth:`Ratio.of_crossings`)."""
     t_o, l_o = np.asarray(t_ode, float), normalised(loss_ode)
     t_r, l_r = np.asarray(t_ref, float), normalised(loss_ref)

@@ -1,4 +1,4 @@
-"""One result type for a curve of the ODE or of the network (DESIGN §6), and its one serialiser and loader.
+"""One result type for a curve of the ODE or of the network (theory §6), and its one serialiser and loader.
 
 A :class:`Trajectory` holds what a solver or a simulation produced over its output times ``t``:
 
@@ -11,9 +11,9 @@ A :class:`Trajectory` holds what a solver or a simulation produced over its outp
 * ``meta`` — JSON scalars and small records (digest, device, solver info, …);
 * ``status`` — :class:`Status`: complete or stopped early, where it stopped, and the error if it failed.
 
-``t50``/``t10`` are carried as produced (solver events for the ODE, DESIGN §5 interpolation for the network).
+``t50``/``t10`` are carried as produced (solver events for the ODE, theory §5 interpolation for the network).
 
-Files: :meth:`Trajectory.save` writes ``STEM.json`` (every field, DESIGN §6 keys, flat) and ``STEM.npz`` (the same
+Files: :meth:`Trajectory.save` writes ``STEM.json`` (every field, theory §6 keys, flat) and ``STEM.npz`` (the same
 arrays in binary, plus any extra arrays such as final parameters) atomically (temp file + rename).
 :meth:`Trajectory.load` reads the JSON and checks the npz beside it, so a damaged file is reported, never reused.
 The helpers :func:`write_json`, :func:`write_text`, :func:`write_bytes`, :func:`write_npz` are the one way this
@@ -36,7 +36,7 @@ import numpy as np
 from featureode.core.errors import FeatureODEError
 from featureode.results.metrics import normalised
 
-#: JSON keys of the core fields (DESIGN §6 names) and the attribute each is stored in.
+#: JSON keys of the core fields (theory §6 names) and the attribute each is stored in.
 _CORE = {"t": "t", "loss": "loss", "in_support_loss": "in_support_loss", "f": "f", "f_stderr": "f_stderr",
          "lambda": "lam", "r": "r"}
 _STATUS = ("complete", "reached_t", "error")
@@ -176,7 +176,7 @@ class Trajectory:
 
     # JSON ------------------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        """A flat dict with DESIGN §6 keys: ``modes``, ``target``, ``t``, ``loss``, …, ``t50``, ``t10``, every named
+        """A flat dict with theory §6 keys: ``modes``, ``target``, ``t``, ``loss``, …, ``t50``, ``t10``, every named
         array (``/`` nested), ``complete``, ``reached_t``, ``error`` (when set) and the ``meta`` keys."""
         out: dict[str, Any] = {"kind": self.kind, "name": self.name, "modes": list(self.modes),
                                "target": np.asarray(self.target, float)}
@@ -449,7 +449,7 @@ def check_npz(path: "str | Path") -> None:
 @dataclass(frozen=True)
 class ODEResult:
     """Every variant of one config solved on one mode set: what ``featureode solve`` writes as ``ode.json`` /
-    ``ode.npz`` (DESIGN §6: ``{"modes", "target", "variants": {NAME: {...}}}`` plus ``eigenvalues``, ``basis``,
+    ``ode.npz`` (theory §6: ``{"modes", "target", "variants": {NAME: {...}}}`` plus ``eigenvalues``, ``basis``,
     ``t_max``). A variant that failed keeps its partial curve, with ``status.error`` set."""
 
     modes: tuple[str, ...]

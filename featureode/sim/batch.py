@@ -104,7 +104,7 @@ PARAMS = ("w", "b", "a", "w0", "b0", "a0")
 
 
 class MeanFieldBatch:
-    """``R`` independent two-layer networks of width ``N`` on ``d`` inputs (DESIGN §3), parameters stacked on a
+    """``R`` independent two-layer networks of width ``N`` on ``d`` inputs (theory §3), parameters stacked on a
     leading run axis.
 
     ``params``: ``w`` (R, N, d), ``b`` (R, N), ``a`` (R, N) trained; ``w0``, ``b0``, ``a0`` the frozen initial copy

@@ -1,7 +1,7 @@
-"""Measurements of a trained network in the units of the feature ODE (DESIGN §4–6).
+"""Measurements of a trained network in the units of the feature ODE (theory §4–6).
 
 All quantities are estimated on a fixed, seeded test set ``{x_p}``, ``p = 1…n`` (``x_i = sqrt(g_i) z_i``,
-``z ~ N(0, I_d)``) and use the centred network output ``f`` of DESIGN §3:
+``z ~ N(0, I_d)``) and use the centred network output ``f`` of theory §3:
 
 * test loss ``L = ½ mean_p (f(x_p) − f*(x_p))²`` and ``L/L(0)``;
 * projections ``f_β = mean_p h_β(z_p) f(x_p)`` with standard error ``std_p(h_β f)/sqrt(n)``;
@@ -17,7 +17,7 @@ All quantities are estimated on a fixed, seeded test set ``{x_p}``, ``p = 1…n`
   ``q ⟨·,·⟩``) the estimator is the U-statistic ``λ̂_β = Σ_{p≠q} g_p·g_q / (n(n−1)) = n/(n−1) · (|mean_p g_p|² −
   Σ_p |g_p|² / n²)``, which is the inner product of the gradients of two independent half-sample means averaged
   over all splits into halves. ``|g_p|² = h_β(x_p)² Θ(x_p, x_p)`` needs only the diagonal of the kernel;
-* the same U-statistic split by parameter group, like the Gram of DESIGN §4: ``readout`` (``∂/∂a``: the NNGP part
+* the same U-statistic split by parameter group, like the Gram of theory §4: ``readout`` (``∂/∂a``: the NNGP part
   ``σσ'``), ``weights`` (``∂/∂w``: ``a² σ'σ' x·x'``) and ``bias`` (``∂/∂b``: ``a² σ'σ'``); they sum to ``λ_β``;
 * the eNTK Gram ``K_{αβ} = E[h_α Θ h_β]`` on the measured modes, the same U-statistic with ``g_p^α·g_q^β``
   (its diagonal is ``λ``);

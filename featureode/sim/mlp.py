@@ -1,4 +1,4 @@
-"""The reference network of DESIGN §3 ("meanfield") trained by SGD on fresh Gaussian samples, and measured in the
+"""The reference network of theory §3 ("meanfield") trained by SGD on fresh Gaussian samples, and measured in the
 units of the feature ODE (``featureode.sim.measure``).
 
 Model, for one run with richness ``γ`` and width ``N`` (inputs in eigen-coordinates, ``x_i = sqrt(g_i) z_i``), with
@@ -325,7 +325,7 @@ class Simulation:
 
     # results ------------------------------------------------------------------------------------------------------
     def trajectory(self, i: int) -> Trajectory:
-        """Run ``i``'s :class:`~featureode.results.trajectory.Trajectory`: DESIGN §6 fields and diagnostics; ``meta`` holds
+        """Run ``i``'s :class:`~featureode.results.trajectory.Trajectory`: theory §6 fields and diagnostics; ``meta`` holds
         ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``,
         ``provenance`` (:func:`featureode.core.provenance.provenance`, not part of the digest)."""
         spec = self.specs[i]
@@ -405,7 +405,7 @@ def simulate_batch(cfgs: Sequence[Config], out_dir: "str | Path | None" = None, 
 
 def simulate_config(cfg: Config, out_dir: "str | Path | None" = None, resume: bool = False, progress: bool = True,
                     modes: "Sequence[Mode | str] | None" = None, spread: bool = False) -> Trajectory:
-    """Simulate the MLP of one config (DESIGN §3, §6); writes ``out_dir/mlp.json``, ``mlp.npz`` and
+    """Simulate the MLP of one config (theory §3, §6); writes ``out_dir/mlp.json``, ``mlp.npz`` and
     ``checkpoint.pt`` when ``out_dir`` is given. Returns the run's :class:`~featureode.results.trajectory.Trajectory`
     (kind ``"mlp"``): ``t``, ``loss`` (test loss), ``f``, ``f_stderr``, ``lam``, ``r``, ``in_support_loss``, ``t50``,
     ``t10``, ``status``; ``arrays``: ``loss_ratio``, ``eta``, ``lambda_top``, ``steps``, ``lambda_stderr``, ``a2``,

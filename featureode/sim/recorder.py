@@ -120,7 +120,7 @@ class Recorder:
         self.columns.update({k: list(columns[k]) for k in self.SPREAD_COLUMNS if k in columns})
 
     def trajectory(self, clock: Schedule, meta: dict[str, Any]) -> Trajectory:
-        """The run's :class:`~featureode.results.trajectory.Trajectory` (kind ``"mlp"``): DESIGN §6 fields, t50/t10 of the
+        """The run's :class:`~featureode.results.trajectory.Trajectory` (kind ``"mlp"``): theory §6 fields, t50/t10 of the
         test loss, the diagnostics as named arrays, ``meta`` plus the support directions of ``joint``."""
         spec, col = self.spec, self.columns
         t = np.asarray(col["t"], float)

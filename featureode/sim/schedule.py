@@ -1,4 +1,4 @@
-"""The simulator's step schedule (DESIGN §3), in pure Python: no torch, so it is tested on its own.
+"""The simulator's step schedule (theory §3), in pure Python: no torch, so it is tested on its own.
 
 One run trains on gradient-flow time ``t = Σ η`` towards its measurement times ``t_0 = 0 < t_1 < … < t_K = t_max``:
 

@@ -1,4 +1,4 @@
-"""ODE vs MLP on one config (DESIGN §5–6): :func:`compare_config` solves every ODE variant, simulates the MLP (or
+"""ODE vs MLP on one config (theory §5–6): :func:`compare_config` solves every ODE variant, simulates the MLP (or
 reuses a finished simulation in the folder) and writes the report.
 
 The jobs live in their own modules: the curve metrics and the :class:`~featureode.results.metrics.Ratio` of two crossing

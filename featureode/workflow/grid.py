@@ -1,4 +1,4 @@
-"""Grid files (DESIGN §7): a base config plus axes, read into the points of a sweep.
+"""Grid files (theory §7): a base config plus axes, read into the points of a sweep.
 
 A grid file is TOML with the optional tables ``[plugins]`` (modules imported first, here and in every worker, as in
 a config file), ``[set]`` (overrides of the base), ``[grid]`` (a cartesian product over

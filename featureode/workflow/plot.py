@@ -1,4 +1,4 @@
-"""Phase diagrams of a sweep (``featureode plot``, DESIGN §7), from the rows of ``results.csv``.
+"""Phase diagrams of a sweep (``featureode plot``, theory §7), from the rows of ``results.csv``.
 
 Over two keys a heatmap of the seed mean of a metric, one cell per (x, y), annotated; a ratio metric (ODE/MLP) uses a
 diverging colour map centred on 1 on a log scale symmetric about 1, and the contour of the region within ±10% of 1

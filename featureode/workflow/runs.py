@@ -1,4 +1,4 @@
-"""Run folders (DESIGN §6): the output folder of ``solve``/``simulate``/``compare``, its config stamp, its lock, and
+"""Run folders (theory §6): the output folder of ``solve``/``simulate``/``compare``, its config stamp, its lock, and
 the lookup of results it already holds.
 
 A run folder ``DIR`` holds:

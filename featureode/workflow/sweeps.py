@@ -1,4 +1,4 @@
-"""Sweeps (DESIGN §7): run every point of a grid file, collect a results table, summarise; validation suites.
+"""Sweeps (theory §7): run every point of a grid file, collect a results table, summarise; validation suites.
 
 A sweep is a :class:`~featureode.workflow.grid.Grid` × its seeds. Each run (point, seed) lives in ``DIR/runs/RUN/``:
 ``config.json`` (the resolved config, its digest and the digest of the unresolved point), then ``report.json``
@@ -8,7 +8,7 @@ what is missing. An ODE-only run's folder holds its stamp alone (with the crossi
 columnar file, ``DIR/curves.parquet`` (:func:`read_curves`). ``DIR/results.csv`` (and ``results.parquet`` when
 pyarrow is importable) has one row per
 (point, seed, variant), rewritten as runs complete; ``DIR/summary.md``/``summary.json`` hold the seed means and the
-acceptance verdicts of DESIGN §5.
+acceptance verdicts of theory §5.
 
 ``training.t_max = "auto"`` is resolved per run by :func:`auto_t_max`. Runs are executed in this process
 (``jobs = 1``), by local worker processes, or by a Dask cluster (:func:`make_executor`); a run that fails, or whose

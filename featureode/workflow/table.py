@@ -15,13 +15,13 @@ from featureode.results.trajectory import write_text
 from featureode.workflow.grid import Grid, Point
 from featureode.workflow.tasks import RunOutcome, RunTask, SweepError
 
-#: Columns of ``results.csv`` after the varied keys (DESIGN §7; ``t_max`` is the resolved horizon).
+#: Columns of ``results.csv`` after the varied keys (theory §7; ``t_max`` is the resolved horizon).
 RESULT_COLUMNS = ("seed", "variant", "t50", "t10", "t50_ratio", "t10_ratio", "log_rms", "mlp_t50", "mlp_t10",
                   "t_max", "status", "run")
-#: Cases with γ at or below this are "lazy" for the acceptance rule of DESIGN §5.
+#: Cases with γ at or below this are "lazy" for the acceptance rule of theory §5.
 LAZY_RICHNESS = 0.01
 #: Acceptance bands (ODE/MLP ratios of t50 and t10) of the ``displacement`` closure: issue 6's, and the tighter ones a
-#: first prototype reached (DESIGN §5), reported side by side.
+#: first prototype reached (theory §5), reported side by side.
 BANDS = {"displacement": ((0.85, 1.25), (0.75, 1.30)), "displacement_prototype": ((0.93, 1.20), (0.75, 1.25))}
 
 
@@ -275,7 +275,7 @@ def read_curves(folder: "str | Path") -> Any:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# summary and acceptance (DESIGN §5)
+# summary and acceptance (theory §5)
 # ----------------------------------------------------------------------------------------------------------------
 def _all(verdicts: Sequence[bool | None]) -> bool | None:
     return False if False in verdicts else True if all(v is True for v in verdicts) else None
