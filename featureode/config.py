@@ -40,7 +40,7 @@ from featureode.core.errors import FeatureODEError
 from featureode.core.registry import Registry
 from featureode.calculus.activations import ActivationError, get_activation
 from featureode.calculus.data import MAX_DIM, DataError, Spectrum
-from featureode.kernel.parametrization import PARAMETRIZATIONS
+from featureode.kernel.parametrization import GROUP_KEYS, PARAMETRIZATIONS
 from featureode.calculus.targets import Target, TargetError, check_target_text, parse_target
 
 
@@ -75,6 +75,11 @@ class NetworkConfig:
     parametrization: str = "meanfield"
 
 
+#: ``[training] lr_scale`` when not given: plain SGD. At this value the key stays out of :meth:`Config.digest`, so run
+#: folders made before the key existed keep their identity.
+DEFAULT_LR_SCALE = {"a": 1.0, "w": 1.0, "b": 1.0}
+
+
 @dataclass
 class TrainingConfig:
     """``[training]``: SGD, step-size rule, measurement and run-time settings of the MLP."""
@@ -97,6 +102,9 @@ class TrainingConfig:
     threads: int = 1
     compile: bool = True          # torch.compile the SGD step and measurement kernel (eager fallback)
     stop_loss: float = 0.0        # stop once the test loss L/L(0) ≤ stop_loss at a measurement (0: run to t_max)
+    # per-group learning-rate multipliers {a = η_a, w = η_w, b = η_b} (readout, first layer, bias; 0 freezes a group),
+    # read through the parametrization object (featureode.kernel.parametrization.parametrization_of)
+    lr_scale: dict = field(default_factory=lambda: dict(DEFAULT_LR_SCALE))
 
 
 @dataclass
@@ -302,6 +310,8 @@ def _check_choice(where: str, value: Any, rule: Choice) -> str:
 def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
     """``value`` of ``[section] key`` checked against its rule or, without one, against the default's type."""
     where = f"[{section}] {key}"
+    if (section, key) == ("training", "lr_scale"):
+        return _check_lr_scale(where, value)
     rule = RULES.get(section, {}).get(key)
     if isinstance(rule, Num):
         return _check_num(where, value, rule)
@@ -317,6 +327,26 @@ def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
     if isinstance(default, list) and not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of names (strings), got {value!r}")
     return value
+
+
+_LR_WHY = "the learning-rate multiplier of a parameter group; 0 freezes it"
+
+
+def _check_lr_scale(where: str, value: Any) -> dict[str, float]:
+    """``{a = η_a, w = η_w, b = η_b}`` as a full table of floats (missing groups: 1), each finite and ≥ 0, not all 0."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a table {{a = …, w = …, b = …}} (readout, first layer, bias), got "
+                          f"{_shown(value)}")
+    out = dict(DEFAULT_LR_SCALE)
+    for k, v in value.items():
+        if k not in GROUP_KEYS:
+            raise ConfigError(f"unknown group {k!r} in {where}" + suggest(str(k), list(GROUP_KEYS), "the groups are")
+                              + " (a: readout, w: first-layer weights, b: biases)")
+        out[k] = float(_check_num(f"{where} {k}", v, Num(float, 0, why=_LR_WHY)))
+    if not any(out.values()):
+        raise ConfigError(f"{where} freezes every group (a = w = b = 0), so nothing would train; give at least one "
+                          "group a rate > 0")
+    return out
 
 
 # device files of an NVIDIA driver (Linux, WSL): without any of them CUDA cannot be available
@@ -405,6 +435,8 @@ class Config:
                 raw[sec][name] = "cuda" if dev.startswith("cuda") or resolved_device(dev) != "cpu" else "auto"
             else:
                 raw[sec][name] = _DIGEST_AS[key]
+        if raw["training"]["lr_scale"] == DEFAULT_LR_SCALE:  # the default is the old identity (no such key)
+            del raw["training"]["lr_scale"]
         blob = json.dumps({k: v for k, v in raw.items() if k in sections}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -287,11 +287,14 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
     section (:func:`equations_latex`)."""
     system = variant.system(basis)
     closure = variant.closure_obj
+    from featureode.ode.solve import closure_prefactors, theory_parametrization
+
+    plain = theory_parametrization(theory).rates.is_default
     kappa = theory.kappa if variant.kappa is None else variant.kappa
     facts = [rf"closure \texttt{{{tex_text(closure.name)}}}: {doc_latex(closure.doc)}"]
     if any(sp.Symbol("kappa") in a.expr.free_symbols for a in system.assignments):
-        facts.append(rf"$\kappa = {_num(kappa)}$" + (r" (derived, $\gamma^2 c_1/\Lambda_1^2$)"
-                                                      if variant.kappa is None else " (given)"))
+        derived = r"$\gamma^2 c_1/\Lambda_1^2$" if plain else r"$q\,\eta_w^2 c_1/\Lambda_1^2$"
+        facts.append(rf"$\kappa = {_num(kappa)}$" + (rf" (derived, {derived})" if variant.kappa is None else " (given)"))
     facts.append("scale factor " + ("on" if variant.scale else "off"))
     if system.removed:
         facts.append("removed terms: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in system.removed))
@@ -299,10 +302,14 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
         facts.append("replaced terms: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in system.replaced))
     uses = set().union(*(a.expr.free_symbols | {x.base for x in a.expr.atoms(sp.Indexed)}
                          for a in system.assignments))
-    if ode.q in uses:
-        from featureode.ode.solve import closure_prefactor
-        name, q = closure_prefactor(theory)
-        facts.append(rf"$q = {_num(q)}$ (closure prefactor of the {tex_text(name)} parametrization)")
+    pref = closure_prefactors(theory)
+    if ode.q in uses or ode.qa in uses or ode.qw in uses:
+        name = theory_parametrization(theory).name
+        facts.append(rf"$q = {_num(pref['q'])}$ (closure prefactor of the {tex_text(name)} parametrization)")
+    if ode.qw in uses:
+        facts.append(rf"$q_{{w}} = q\,\eta_w^2 = {_num(pref['q_w'])}$ (first-layer displacement)")
+    if ode.qa in uses:
+        facts.append(rf"$q_{{a}} = q\,\eta_a^2/\mathbb{{E}}[a^2]^2 = {_num(pref['q_a'])}$ (readout growth)")
     facts += [rf"${expr_latex(sp.Symbol(k))} = {_num(val)}$" for k, val in variant.param_values.items()]
     out = rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
     if uses & {ode.S, ode.U, ode.V}:
@@ -314,11 +321,16 @@ def _second_order_table(theory: Any) -> str:
     """``S_{βα}`` (columns: the target's modes, which drive) and its parts ``V_{βα}`` (deterministic quadrature)."""
     from featureode.ode.solve import second_order_of
 
+    from featureode.ode.solve import theory_parametrization
+
     drivers, so = second_order_of(theory)
     head = [r"$\beta$"] + [rf"$S_{{\beta,{mode_latex(theory.modes[k])}}}\ (V)$" for k in drivers]
     rows = [[f"${mode_latex(m)}$"] + [rf"${_num(so.S[r, k])}\ ({_num(so.V[r, k])})$" for k in drivers]
             for r, m in enumerate(theory.modes)]
-    return (r"Second-order constants (deterministic quadrature; $S = U_{\beta\alpha\alpha} + V$):" + "\n\n"
+    metric = "" if theory_parametrization(theory).rates.is_default else \
+        r", metric $P = \mathrm{diag}(\eta_a, \eta_w g, \eta_b)$"
+    return (r"Second-order constants (deterministic quadrature; $S = U_{\beta\alpha\alpha} + V$" + metric + "):"
+            + "\n\n"
             + _table(head, rows) + "\n")
 
 
@@ -364,13 +376,29 @@ def _constants(theory: Any) -> str:
     lev = _table(["$l$", r"$\Lambda_l$", "$c_l$"],
                  [[f"${k}$", f"${_num(float(a))}$", f"${_num(float(b))}$"]
                   for k, (a, b) in enumerate(zip(theory.level_coefficients, theory.c))])
+    from featureode.ode.solve import theory_parametrization
+
+    rates = theory_parametrization(theory).rates
+    if rates.is_default:
+        head = rf"$\gamma = {_num(theory.gamma)}$, derived $\kappa = \gamma^2 c_1/\Lambda_1^2 = {_num(theory.kappa)}$."
+    else:
+        head = (rf"$\gamma = {_num(theory.gamma)}$, {_rates_tex(rates)}; the initial eigenvalues and $\Lambda_l$ are "
+                r"those of the gradient-flow kernel $\eta_a \Theta_{\mathrm{readout}} + \eta_w \Theta_{\mathrm{weights}}"
+                r" + \eta_b \Theta_{\mathrm{bias}}$; derived $\kappa = q\,\eta_w^2 c_1/\Lambda_1^2 = "
+                + rf"{_num(theory.kappa)}$.")
     return ("\\section*{Constants}\n"
-            + rf"$\gamma = {_num(theory.gamma)}$, derived $\kappa = \gamma^2 c_1/\Lambda_1^2 = {_num(theory.kappa)}$."
+            + head
             + "\n\n" + _spectrum_table(g) + "\n\n\\medskip\n"
             + rf"Initial eigenvalues of the $M = {len(theory.modes)}$ modes"
             + (" (Monte Carlo, with standard errors)" if sampled else " (deterministic quadrature)") + ":\n\n"
             + "\\smallskip\n" + modes + "\n\n\\medskip\n" + r"Level coefficients $\Lambda_l$ and displacement constants $c_l$:"
             + "\n\n\\smallskip\n" + lev + "\n")
+
+
+def _rates_tex(rates: Any) -> str:
+    r"""``per-group learning rates $\eta_a = 0$, …`` (``[training] lr_scale``)."""
+    return ("per-group learning rates " + ", ".join(rf"$\eta_{k} = {_num(v)}$" for k, v in rates.as_dict().items())
+            + r" (\texttt{lr\_scale})")
 
 
 def _spectrum_text(cfg: Any) -> str:
@@ -401,6 +429,11 @@ def derive_document(cfg: Config, theory: KernelTheory | None = None, labels: boo
              rf"mode set: {tex_text(o.basis)} basis with $M = {len(theory.modes)}$ modes "
              rf"$\mathcal{{B}}$; initial eigenvalues: {tex_text(o.eigenvalues)}; "
              rf"$t_{{\max}} = {_num(cfg.training.t_max)}$.")
+    from featureode.ode.solve import theory_parametrization
+
+    rates = theory_parametrization(theory).rates
+    if not rates.is_default:
+        setup = setup[:-1] + "; " + _rates_tex(rates) + ", 0 freezing a group."
     notation = (r"State per mode $\beta \in \mathcal{B}$: the network coefficient $f_\beta(t)$ and the integrated "
                 r"residual $D_\beta(t)$, both 0 at $t = 0$. $\beta_i$ is the order of mode $\beta$ along direction "
                 r"$i$, $|\beta| = \sum_i \beta_i$, $g^\beta = \prod_i g_i^{\beta_i}$; $v_\beta$ the target, "

@@ -22,6 +22,7 @@ import numpy as np
 
 from featureode.core.errors import FeatureODEError
 from featureode.config import Config
+from featureode.kernel.parametrization import parametrization_of
 from featureode.results.metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss
 from featureode.export.style import (  # noqa: F401  (variant_colours re-exported)
     MLP_COLOUR,
@@ -161,10 +162,13 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         """``report.json`` in strict JSON form (theory §6: ``mlp``, ``variants``; plus ``config``, ``modes``,
-        ``digest``, ``wall_s``, ``status``)."""
+        ``digest``, ``wall_s``, ``status`` and ``parametrization``: its name and the per-group learning rates
+        ``lr_scale`` ``{a, w, b}`` that the network trained with and every ODE constant was derived under)."""
+        par = parametrization_of(self.config)
         return json_ready({"config": self.config.to_dict(), "modes": list(self.modes), "mlp": self.mlp.to_json(),
                            "variants": {k: v.to_json() for k, v in self.variants.items()}, "digest": self.digest,
-                           "wall_s": self.wall_s, "status": self.status})
+                           "wall_s": self.wall_s, "status": self.status,
+                           "parametrization": {"name": par.name, "lr_scale": par.rates.as_dict()}})
 
     def markdown(self) -> str:
         """``report.md``: the metrics table."""
@@ -218,6 +222,17 @@ def _num(x: float | None, digits: int = 3) -> str:
     return "—" if x is None else f"{x:.{digits}g}"
 
 
+def _rates_lines(cfg: Config) -> list[str]:
+    """The per-group learning rates, when they are not plain SGD (one line; none otherwise)."""
+    rates = parametrization_of(cfg).rates
+    if rates.is_default:
+        return []
+    frozen = [name for name, k in (("readout", "a"), ("first layer", "w"), ("bias", "b")) if getattr(rates, k) == 0]
+    return [f"Per-group learning rates (`[training] lr_scale`): {rates.text()}"
+            + (f" ({', '.join(frozen)} frozen)" if frozen else "")
+            + "; the kernel, the closures' constants and the MLP's step all use them."]
+
+
 def report_markdown(report: Report, figure: str = "report.png") -> str:
     """The metrics table of ``report.md`` (``figure``: the figure file it shows)."""
     cfg, m = report.config, report.mlp
@@ -229,6 +244,7 @@ def report_markdown(report: Report, figure: str = "report.png") -> str:
              + ("" if m.complete else f" — **MLP stopped early at t = {m.reached_t:.4g}**"),
              "",
              "No constant below is fitted: every ODE constant is derived from the network's parametrisation.",
+             *_rates_lines(cfg),
              "",
              "| variant | t50 | t10 | t50 ratio | t10 ratio | log-RMS | t50 ratio (in-support) | "
              "t10 ratio (in-support) | log-RMS (in-support) |",
@@ -333,6 +349,9 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None, 
             cfg = report.config
             head = (f"{cfg.target.expr}, $d = {cfg.data.dim}$, $\\gamma = {cfg.network.richness:g}$, "
                     f"{cfg.network.activation}, $N = {cfg.network.width}$")
+            rates = parametrization_of(cfg).rates
+            if not rates.is_default:
+                head += f"; {rates.text()}"
             if not st.compact:
                 head += (f"; batch {cfg.training.batch}, seed {cfg.training.seed}, "
                          f"t_max = {cfg.training.t_max:g} (bands: ±2 s.e.)")

@@ -42,6 +42,20 @@ def level_coefficients(activation: "str | Activation", bias_std: float, max_leve
     return _level_coefficients(get_activation(activation), _bias_of(bias_std), int(max_level), int(n_b)).copy()
 
 
+def level_coefficient_parts(activation: "str | Activation", bias_std: float, max_level: int,
+                            n_b: int = 96) -> np.ndarray:
+    """The readout, weights and bias parts of ``Λ_l`` (rows in the order of
+    :data:`featureode.kernel.parametrization.PARTS`, columns ``l = 0 … max_level``): ``E_b[m_l²]`` (``σσ'``),
+    ``l E_b[m_l²]`` (``σ'σ' ρ``) and ``E_b[m_{l+1}²]`` (``σ'σ'``), with ``E[a²] = 1`` in the last two; they sum to
+    :func:`level_coefficients`. A gradient flow with per-group learning rates has ``Λ_l = Σ_g η_g part_g``."""
+    act, sb = get_activation(activation), _bias_of(bias_std)
+    b, w = BiasRule(sb, True, n_b=int(n_b)).nodes(np.ones(1))
+    xb, wb = b[0], w[0]
+    sq = np.array([float(wb @ act.mean_numpy(k)(xb, np.ones_like(xb)) ** 2) for k in range(int(max_level) + 2)])
+    levels = np.arange(int(max_level) + 1)
+    return np.stack([sq[:-1], levels * sq[:-1], sq[1:]])
+
+
 def _gaussian_mean_exact(expr: sp.Expr, sigma: sp.Expr) -> sp.Expr | None:
     """Exact ``E[expr(b)]``, ``b ~ N(0, σ²)``, for sums of ``c b^n exp(−a b² + c0)`` and ``c erf(k b)^e`` (e ≤ 2).
 

@@ -32,7 +32,11 @@ Layout: :func:`pair_terms` is the one per-neuron formula (each part of ``K_{αβ
 :class:`~featureode.kernel.network.Network` carries the shared quadrature state.
 HEA (theory §4): on the unit sphere, Mehler's formula gives ``Θ(ρ) = Σ_l Λ_l ρ^l / l!`` with
 ``Λ_l = (l+1) E_b[m_l(b, 1)²] + E_b[m_{l+1}(b, 1)²]``, and ``λ_β^HEA = Λ_{|β|} g^β``.
-Closure constants: ``c_l = E_k[a² m_l(b, |ŵ|)²]``, ``κ = γ² c_1 / Λ_1²``.
+Closure constants: ``c_l = E_k[a² m_l(b, |ŵ|)²]``, ``κ = q η_w² c_1 / Λ_1²`` (``q = γ²`` for meanfield).
+
+Per-group learning rates (``[training] lr_scale``, :mod:`featureode.kernel.parametrization`): the gradient-flow
+kernel is ``Θ = η_a Θ_readout + η_w Θ_weights + η_b Θ_bias``, so ``λ_β(0)``, the Gram matrix (and its parts) and the
+HEA level coefficients are the weighted sums of their parts; ``c_l`` is a moment of the init law and does not change.
 
 Layout of the kernel package: :mod:`~featureode.kernel.perneuron` (the per-neuron formula, integrability),
 :mod:`~featureode.kernel.averagers` (quadrature and Monte Carlo averagers), :mod:`~featureode.kernel.hea` (HEA),
@@ -66,11 +70,12 @@ from featureode.kernel.basis import extended_basis
 from featureode.kernel.hea import (
     hea_eigenvalues,
     level_coefficient_exprs,
+    level_coefficient_parts,
     level_coefficients,
 )
 from featureode.kernel.initlaw import MAX_ORDER, STEP
 from featureode.kernel.network import KernelError, KernelWarning, Network
-from featureode.kernel.parametrization import PARTS
+from featureode.kernel.parametrization import PARTS, MeanField, Parametrization, parametrization_of
 from featureode.kernel.perneuron import (  # noqa: F401  (re-exported)
     Term,
     _bias_of,
@@ -92,6 +97,7 @@ __all__ = [
     "level_coefficients", "level_coefficient_exprs", "hea_eigenvalues", "closure_constants", "extended_basis",
     "kernel_theory", "kernel_theory_batch", "kernel_report", "compare_exact_hea",
     "network_gram", "network_eigenvalues", "network_closure", "clear_caches", "STEP", "MAX_ORDER",
+    "weighted_gram", "weighted_level_coefficients",
 ]
 
 
@@ -109,9 +115,13 @@ class KernelTheory:
     ``λ_β(0)`` (exact infinite-width Rayleigh quotient / ``Λ_{|β|} g^β``) with the standard error of the exact one
     (0 when deterministic); ``level_coefficients``: ``Λ_0 … Λ_L``; ``c``: ``c_0 … c_L`` with
     ``c_l = E_k[a_k² m_l(b_k, |ŵ_k|)²]``; ``gram``: ``K_{αβ}(0) = E[h_α Θ h_β]`` on B (``None`` unless asked);
-    ``kappa``: the derived AGOP constant ``γ² c_1 / Λ_1²``. ``gram_parts``: the readout (NNGP), weights and bias
-    parts of ``gram`` (``None`` when ``gram`` is); ``activation``, ``bias_std``: the network they belong to, and
-    ``network`` the :class:`~featureode.kernel.network.Network` itself (``None`` for hand-built theories).
+    ``kappa``: the derived AGOP constant ``q η_w² c_1 / Λ_1²``. ``gram_parts``: the readout (NNGP), weights and
+    bias parts of ``gram``, each weighted by its group's learning-rate multiplier (they sum to ``gram``; ``None`` when
+    ``gram`` is); ``activation``, ``bias_std``: the network they belong to, and ``network`` the
+    :class:`~featureode.kernel.network.Network` itself (``None`` for hand-built theories). ``parametrization``: the
+    config's parametrization with its per-group learning rates (:func:`parametrization_of`); every consumer (closure
+    prefactors, second-order constants, LaTeX, report) reads them from here, and ``λ``, ``gram`` and ``Λ_l`` above
+    are already weighted by them.
     ``basis``: the mode set it was built on (``"target"``/``"extended"``; ``None`` for hand-built theories), and
     ``settings``: the solver settings of its config (``t_max``, ``t_min``, ``eigenvalues``, ``method``,
     ``backend``, ``rtol``, ``atol``, ``n_points``; empty for hand-built ones), which
@@ -132,6 +142,7 @@ class KernelTheory:
     activation: str = ""
     bias_std: float = 0.0
     network: Network | None = field(default=None, compare=False, repr=False)
+    parametrization: Parametrization = field(default_factory=MeanField)
     basis: str | None = None
     settings: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -144,8 +155,13 @@ class KernelTheory:
 
     @property
     def kappa(self) -> float:
-        """Derived AGOP constant ``κ = γ² c_1 / Λ_1²`` (theory §4)."""
-        return float(self.gamma**2 * self.c[1] / self.level_coefficients[1] ** 2)
+        """Derived AGOP constant ``κ = q η_w² c_1 / Λ_1²`` (``γ² c_1/Λ_1²`` for meanfield at plain SGD).
+
+        Derivation: in the lazy regime ``f_β = λ_β D_β`` exactly, so for a degree-1 mode ``e_i`` (``λ = Λ_1 g_i``)
+        the AGOP law ``κ f_β²/g_i = κ Λ_1² g_i D_β²`` matches the displacement law ``q η_w² c_1 g_i D_β²``; ``Λ_1``
+        is the level coefficient of the weighted kernel (``self.level_coefficients``)."""
+        q = self.parametrization.displacement_prefactor(float(self.gamma))
+        return float(q * self.c[1] / self.level_coefficients[1] ** 2)
 
     def lambda0(self, which: str = "exact") -> np.ndarray:
         """``λ_β(0)`` by ``"exact"`` or ``"hea"``."""
@@ -197,14 +213,42 @@ def network_gram(net: Network, modes: Sequence[Mode], max_cost_s: float = 600.0)
     return out
 
 
-def network_eigenvalues(net: Network, modes: Sequence[Mode]) -> np.ndarray:
-    """Exact ``λ_β(0) = K_{ββ}`` of ``net`` per mode (quadrature)."""
+def network_eigenvalues(net: Network, modes: Sequence[Mode],
+                        weights: "tuple[float, float, float] | None" = None) -> np.ndarray:
+    """Exact ``λ_β(0) = K_{ββ}`` of ``net`` per mode (quadrature); ``weights``: the multipliers ``(η_a, η_w, η_b)``
+    of the readout, weights and bias parts (``None``: 1 each)."""
     avg, g, ea = quadrature(net), net.g, net.readout_variance
     out = []
     for m in modes:
         vals = avg.value(pair_terms(m, m, g, ea))
-        out.append(vals.get("readout", 0.0) + vals.get("weights", 0.0) + vals.get("bias", 0.0))
+        if weights is None:
+            out.append(vals.get("readout", 0.0) + vals.get("weights", 0.0) + vals.get("bias", 0.0))
+        else:
+            out.append(sum(w * vals.get(name, 0.0) for w, name in zip(weights, PARTS)))
     return np.array(out)
+
+
+def weighted_gram(parts: dict[str, np.ndarray], weights: "tuple[float, float, float] | None"
+                  ) -> dict[str, np.ndarray]:
+    """The Gram parts of :func:`network_gram` each multiplied by its group's multiplier (``weights`` =
+    ``(η_a, η_w, η_b)``), with ``"total"`` their sum; ``None`` returns ``parts`` unchanged."""
+    if weights is None:
+        return parts
+    out = {name: w * parts[name] for w, name in zip(weights, PARTS)}
+    out["total"] = out["readout"] + out["weights"] + out["bias"]
+    return out
+
+
+def weighted_level_coefficients(activation: "str | Activation", bias_std: float, max_level: int,
+                                weights: "tuple[float, float, float] | None",
+                                readout_variance: float = 1.0) -> np.ndarray:
+    """HEA ``Λ_l`` of the gradient-flow kernel ``Σ_g η_g Θ_g`` (``weights = (η_a, η_w, η_b)``; the weights and bias
+    parts carry ``E[a²]``); ``None`` with ``E[a²] = 1`` is :func:`level_coefficients` itself."""
+    if weights is None and readout_variance == 1.0:
+        return level_coefficients(activation, bias_std, max_level)
+    wa, ww, wb = weights if weights is not None else (1.0, 1.0, 1.0)
+    parts = level_coefficient_parts(activation, bias_std, max_level)
+    return wa * parts[0] + readout_variance * (ww * parts[1] + wb * parts[2])
 
 
 def network_closure(net: Network, max_level: int) -> np.ndarray:
@@ -301,7 +345,7 @@ def kernel_theory(cfg: Config, basis: str | None = None, with_gram: bool = False
         network = network or Network.from_config(cfg, spectrum)
         target = target if target is not None else cfg.target_obj(spectrum)
     theory = _theory(network, target, float(cfg.network.richness), basis, with_gram, cfg.ode.extended_degree,
-                     cfg.ode.extended_max_modes)
+                     cfg.ode.extended_max_modes, parametrization_of(cfg))
     o, t = cfg.ode, cfg.training
     settings = {"t_max": t.t_max, "t_min": t.t_min, "eigenvalues": o.eigenvalues, "method": o.method,
                 "backend": o.backend, "rtol": o.rtol, "atol": o.atol, "n_points": o.n_points}
@@ -309,7 +353,10 @@ def kernel_theory(cfg: Config, basis: str | None = None, with_gram: bool = False
 
 
 def _theory(net: Network, target: Any, gamma: float, basis: str, with_gram: bool, extended_degree: int,
-            extended_max_modes: int) -> KernelTheory:
+            extended_max_modes: int, parametrization: Parametrization | None = None) -> KernelTheory:
+    par = parametrization if parametrization is not None else net.parametrization
+    # None at plain SGD: every quantity then takes its original (unweighted) arithmetic, bit for bit
+    weights = None if par.rates.is_default else par.part_weights()
     g = net.g
     if basis == "extended":
         modes = extended_basis(target.modes, net.dim, extended_degree, extended_max_modes, g=g)
@@ -320,14 +367,14 @@ def _theory(net: Network, target: Any, gamma: float, basis: str, with_gram: bool
     coeffs = target.as_dict()
     v = np.array([coeffs.get(m, 0.0) for m in modes])
     top = max(1, max((m.degree for m in modes), default=0))
-    lam = level_coefficients(net.activation, net.bias_std, top)
+    lam = weighted_level_coefficients(net.activation, net.bias_std, top, weights, net.readout_variance)
     gram = parts = None
     if with_gram or basis == "extended":
-        parts = network_gram(net, modes)
+        parts = weighted_gram(network_gram(net, modes), weights)
         gram = parts["total"]
         exact, stderr = np.diag(gram).copy(), np.zeros(len(modes))
     else:
-        exact, stderr = network_eigenvalues(net, modes), np.zeros(len(modes))
+        exact, stderr = network_eigenvalues(net, modes, weights), np.zeros(len(modes))
     c = network_closure(net, top)
     # λ_β(0) is of order g^β c_{|β|} (HEA); "zero" is judged against g^β max_l c_l, a scale free of the mode's level
     dead = [str(m) for m, val, e in zip(modes, v, exact)
@@ -344,7 +391,7 @@ def _theory(net: Network, target: Any, gamma: float, basis: str, with_gram: bool
         modes=tuple(modes), target=v, g=g.copy(), gamma=gamma,
         lambda_exact=exact, lambda_exact_stderr=stderr, lambda_hea=hea_eigenvalues(modes, g, lam),
         level_coefficients=lam, c=c, gram=gram, gram_parts=parts,
-        activation=net.activation.name, bias_std=net.bias_std, network=net)
+        activation=net.activation.name, bias_std=net.bias_std, network=net, parametrization=par)
 
 
 def kernel_theory_batch(cfgs: Sequence[Any], basis: str | None = None,
@@ -378,14 +425,17 @@ def kernel_report(cfg: Config) -> dict[str, Any]:
 
     Keys: ``modes``, ``exact``, ``exact_stderr`` (0: deterministic quadrature), ``hea``, ``c``,
     ``level_coefficients``; extra: ``target``, ``hea_over_exact``, ``exact_quadrature_error`` (difference to a rule
-    with more nodes), ``kappa``, ``activation``, ``bias_std``, ``dim``, ``seconds``.
+    with more nodes), ``kappa``, ``activation``, ``bias_std``, ``dim``, ``seconds``, and ``lr_scale`` (the per-group
+    learning rates the eigenvalues are weighted by) when they are not 1.
     """
     t0 = time.perf_counter()
     kt = kernel_theory(cfg, basis="target")
     net = kt.network
     assert net is not None  # kernel_theory always records its network
+    rates = kt.parametrization.rates
     finer = network_eigenvalues(Network(net.activation, net.g_key, net.bias_std, net.parametrization, STEP / 2),
-                                list(kt.modes))
+                                list(kt.modes), None if rates.is_default else kt.parametrization.part_weights())
+    extra = {} if rates.is_default else {"lr_scale": rates.as_dict()}
     return {
         "modes": [str(m) for m in kt.modes],
         "exact": kt.lambda_exact.tolist(),
@@ -400,5 +450,6 @@ def kernel_report(cfg: Config) -> dict[str, Any]:
         "activation": kt.activation,
         "bias_std": kt.bias_std,
         "dim": net.dim,
+        **extra,
         "seconds": time.perf_counter() - t0,
     }

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from featureode.core.errors import FeatureODEError
+from featureode.kernel.parametrization import Parametrization, get_parametrization
 from featureode.ode import integrate
 
 from featureode.ode import terms as ode
@@ -66,17 +67,17 @@ class NonFiniteStateError(SolveError):
 
 
 def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "exact", basis: str = "target",
-                  parametrization: str | None = None) -> tuple[list[Any], ode.System]:
+                  parametrization: "str | Parametrization | None" = None) -> tuple[list[Any], ode.System]:
     """The compiled code's inputs (order of :data:`featureode.ode.terms.INPUTS` + user params) and the system.
 
     ``B[β, i] = β_i``; ``gpow[β] = g^β``; ``c[β] = c_{|β|}``; ``lam0 = λ_β(0)`` (``exact`` or ``hea``); ``K``: the
     Gram matrix with its diagonal set to 0 in the extended basis (zero for ``hea``, which is diagonal), empty
-    otherwise; ``q``: the closure prefactor ``closure_prefactor(γ)`` of the parametrization (``parametrization``,
-    else ``theory.parametrization`` when the theory has one, else ``"meanfield"``: ``q = γ²``); ``κ`` = the variant's
-    or the derived ``q c_1/Λ_1²``; ``S``/``Sd``: the second-order growth constants ``S_{βα}`` of
-    :mod:`featureode.kernel.second_order`, ``max(S_{αα}, 1e-30)`` and the parts ``U_{βαδ}``, ``V_{βα}`` for the
-    closures that use them (driven by the target's modes, ``v_α ≠ 0``; computed from the theory's network), else
-    empty.
+    otherwise; ``q``, ``q_a``, ``q_w``: the closure prefactors of the parametrization (:func:`closure_prefactors`:
+    ``theory.parametrization`` with its per-group learning rates, or ``parametrization``); ``κ`` = the variant's or
+    the derived ``q_w c_1/Λ_1²``; ``S``/``Sd``: the second-order growth constants ``S_{βα}`` of
+    :mod:`featureode.kernel.second_order` (metric weighted by the parametrization's per-group rates),
+    ``max(S_{αα}, 1e-30)`` and the parts ``U_{βαδ}``, ``V_{βα}`` for the closures that use them (driven by the
+    target's modes, ``v_α ≠ 0``; computed from the theory's network), else empty.
     """
     system = variant.system(basis)
     modes = tuple(theory.modes)
@@ -93,43 +94,67 @@ def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "ex
             raise SolveError("basis 'extended' needs the Gram matrix; build the kernel theory with with_gram=True")
         K = np.array(theory.gram, dtype=float) if eigenvalues == "exact" else np.zeros((len(modes),) * 2)
         np.fill_diagonal(K, 0.0)
-    q = closure_prefactor(theory, parametrization)[1]
-    kappa = q * float(c_levels[1] / theory.level_coefficients[1] ** 2) if variant.kappa is None \
+    pref = closure_prefactors(theory, parametrization)
+    kappa = pref["q_w"] * float(c_levels[1] / theory.level_coefficients[1] ** 2) if variant.kappa is None \
         else float(variant.kappa)
     S, Sd, U, V = np.zeros((0, 0)), np.zeros(0), np.zeros((0, 0, 0)), np.zeros((0, 0))
     if any(a.expr.has(x) for x in (ode.S, ode.Sd, ode.U, ode.V) for a in system.assignments):
-        S, Sd, U, V = _second_order_inputs(theory)
+        S, Sd, U, V = _second_order_inputs(theory, parametrization)
     sv = _spread_inputs(theory, variant.spread_width) if any(a.expr.has(ode.sv) for a in system.assignments) \
         else np.zeros(0)
     values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
               "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
               "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
-              "S": S, "Sd": Sd, "U": U, "V": V, "sv": sv, "gamma": float(theory.gamma), "kappa": float(kappa), "q": q,
-              **variant.param_values}
+              "S": S, "Sd": Sd, "U": U, "V": V, "sv": sv, "gamma": float(theory.gamma), "kappa": float(kappa),
+              **pref, **variant.param_values}
     return [values[name] for name in system.inputs], system
 
 
-def closure_prefactor(theory: KernelTheory, parametrization: str | None = None) -> tuple[str, float]:
-    """The parametrization that fixes the closure prefactor (``parametrization``, else ``theory.parametrization``
-    when the theory has one, else ``"meanfield"``) and ``q = closure_prefactor(γ)`` at ``theory.gamma``."""
-    from featureode.kernel.parametrization import get_parametrization
+def theory_parametrization(theory: Any, parametrization: "str | Parametrization | None" = None
+                           ) -> Parametrization:
+    """The parametrization that fixes the closures' constants: ``parametrization`` (an object, or a registered
+    name that takes ``theory``'s per-group rates), else ``theory.parametrization`` (a
+    :class:`~featureode.kernel.theory.KernelTheory` always has one), else meanfield at plain SGD."""
+    if isinstance(parametrization, Parametrization):
+        return parametrization
+    own = getattr(theory, "parametrization", None)
+    own = own if isinstance(own, Parametrization) else get_parametrization("meanfield")
+    return own if parametrization is None else get_parametrization(parametrization).with_rates(own.rates)
 
-    name = parametrization or getattr(theory, "parametrization", None) or "meanfield"
-    return name, float(get_parametrization(name).closure_prefactor(float(theory.gamma)))
+
+def closure_prefactors(theory: Any, parametrization: "str | Parametrization | None" = None) -> dict[str, float]:
+    """``{"q", "q_a", "q_w"}`` at ``theory.gamma`` (:func:`theory_parametrization`): the closure prefactor ``q``,
+    the readout-growth prefactor ``q_a = q η_a²/E[a²]²`` (scale factor) and the first-layer-displacement prefactor
+    ``q_w = q η_w²`` (``displacement``, derived κ); all three are ``γ²`` for meanfield at plain SGD."""
+    par, gamma = theory_parametrization(theory, parametrization), float(theory.gamma)
+    return {"q": float(par.closure_prefactor(gamma)), "q_a": float(par.readout_growth_prefactor(gamma)),
+            "q_w": float(par.displacement_prefactor(gamma))}
 
 
-def second_order_of(theory: Any, rates: "tuple[float, float, float]" = (1.0, 1.0, 1.0)) -> tuple[list[int], Any]:
+def closure_prefactor(theory: Any, parametrization: "str | Parametrization | None" = None) -> tuple[str, float]:
+    """The name of the parametrization that fixes the closure prefactor (:func:`theory_parametrization`) and
+    ``q = closure_prefactor(γ)`` at ``theory.gamma``."""
+    par = theory_parametrization(theory, parametrization)
+    return par.name, float(par.closure_prefactor(float(theory.gamma)))
+
+
+def second_order_of(theory: Any, rates: "tuple[float, float, float] | None" = None,
+                    parametrization: "str | Parametrization | None" = None) -> tuple[list[int], Any]:
     """The driving modes (the target's, ``v_α ≠ 0``: indices into ``theory.modes``) and the
     :class:`featureode.kernel.second_order.SecondOrder` constants of ``theory`` they drive (deterministic
     quadrature on ``theory.network``, else on the network of ``theory.activation``/``theory.bias_std``/``theory.g``);
-    ``rates``: the per-group learning-rate weights ``(η_a, η_w, η_b)`` of the flow metric. A constant that does not
-    exist (a diverging average) is a :class:`SolveError`."""
+    ``rates``: the per-group learning-rate weights ``(η_a, η_w, η_b)`` of the flow metric (default: those of the
+    theory's parametrization, :func:`theory_parametrization`). A constant that does not exist (a diverging average)
+    is a :class:`SolveError`."""
     from featureode.kernel.growth import GrowthError, Rates
     from featureode.kernel.second_order import network_second_order, second_order_constants
 
     if not getattr(theory, "activation", ""):
         raise SolveError("the second-order closures need the network's activation and σ_b; build the kernel "
                          "theory with featureode.kernel.theory.kernel_theory (theory.activation is empty)")
+    if rates is None:
+        rates = theory_parametrization(theory, parametrization).part_weights()
+    rates = tuple(float(x) for x in rates)
     drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
     net = getattr(theory, "network", None)
     try:
@@ -151,9 +176,10 @@ def second_order_of(theory: Any, rates: "tuple[float, float, float]" = (1.0, 1.0
 _SECOND_ORDER: dict = {}
 
 
-def _second_order_inputs(theory: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _second_order_inputs(theory: Any, parametrization: "str | Parametrization | None" = None
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``S_{βα}``, ``Sd_α = max(S_{αα}, 1e-30)``, ``U_{βαδ}`` and ``V_{βα}`` (:func:`second_order_of`)."""
-    so = second_order_of(theory)[1]
+    so = second_order_of(theory, parametrization=parametrization)[1]
     return so.S, np.maximum(np.diag(so.S), 1e-30), _diagonal_drivers(so.U), so.V
 
 

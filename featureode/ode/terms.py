@@ -12,17 +12,21 @@ variant fills with a body, removes (the term's neutral value) or replaces (a use
     dD_β/dt    = <residual_integral>_β                  residual_integral = v_β − f_β
 
 Built-in closure terms. Direction laws (``r_i``): ``agop_growth`` ``1 + κ Σ_β β_i f_β² / g_i``;
-``displacement_growth`` ``1 + q Σ_β β_i c_{|β|} g^β D_β²``. Eigenvalue laws (``ρ_β`` in place of
+``displacement_growth`` ``1 + q_w Σ_β β_i c_{|β|} g^β D_β²``. Eigenvalue laws (``ρ_β`` in place of
 ``eigen_growth``, ``r_i = 1``): ``second_order_growth`` and ``resummed_growth`` (:data:`SECOND_ORDER_GROWTH`).
-``q`` is the closure prefactor of the parametrization (``featureode.kernel.parametrization``; ``q = γ²`` for meanfield).
-See :data:`SCALE` for the scale factor and :data:`MODE_COUPLING` for the extended basis.
+``q`` is the closure prefactor of the parametrization (``featureode.kernel.parametrization``; ``q = γ²`` for meanfield);
+with per-group learning rates ``η_a, η_w, η_b`` (``[training] lr_scale``) each law's constant is derived again from
+its derivation below: ``q_w = q η_w²`` (first-layer displacement, :data:`DISPLACEMENT_GROWTH`; also the derived
+``κ = q_w c_1/Λ_1²``), ``q_a = q η_a²/E[a²]²`` (readout growth, :data:`SCALE`), and the second-order constants
+``S_{βα}`` are averaged with the weighted metric ``P = diag(η_a, η_w g, η_b)`` under the plain ``q``; at plain SGD
+``q_a = q_w = q``. See :data:`SCALE` for the scale factor and :data:`MODE_COUPLING` for the extended basis.
 
 Symbols (also the names a user expression may use, :data:`NAMESPACE`): indices ``b``/``beta`` and ``a``/``alpha``
 (modes), ``i`` (directions); states ``f[b]``, ``D[b]``; inputs ``v[b]`` (target), ``lam0[b]`` (λ_β(0)), ``B[b,i]``
 (``β_i``), ``g[i]``, ``gpow[b]`` (``g^β``), ``c[b]`` (``c_{|β|}``), ``K[a,b]`` (off-diagonal Gram ``K_{αβ}(0)``,
 extended basis), ``S[b,a]`` (second-order growth constants ``S_{βα}``), ``Sd[a]`` (``max(S_{αα}, 1e-30)``),
 ``U[b,a,delta]`` and ``V[b,a]`` (the two parts of ``S``: ``S_{βα} = U_{βαα} + V_{βα}``,
-:mod:`featureode.kernel.second_order`), ``sv[b]`` (spread shift ``s_β``, :data:`SPREAD`), ``gamma``, ``kappa``, ``q``; a second driving-mode index ``delta``
+:mod:`featureode.kernel.second_order`), ``sv[b]`` (spread shift ``s_β``, :data:`SPREAD`), ``gamma``, ``kappa``, ``q``, ``q_a``, ``q_w``; a second driving-mode index ``delta``
 (``sum_delta``); intermediates ``r[i]``, ``s``, ``rho[b]``, ``lam[b]``.
 """
 from __future__ import annotations
@@ -59,13 +63,14 @@ v, lam0, B, g, gpow, c, K, S, Sd = (sp.IndexedBase(n) for n in ("v", "lam0", "B"
 U, V = sp.IndexedBase("U"), sp.IndexedBase("V")
 sv = sp.IndexedBase("sv")   # the spread shift s_β of the spread-aware flow (featureode.kernel.spread)
 gamma, kappa, q = sp.Symbol("gamma"), sp.Symbol("kappa"), sp.Symbol("q")
+qa, qw = sp.Symbol("q_a"), sp.Symbol("q_w")   # readout-growth and first-layer-displacement prefactors
 r, rho, lam = sp.IndexedBase("r"), sp.IndexedBase("rho"), sp.IndexedBase("lam")
 s = sp.Symbol("s")
 dfdt, dDdt = sp.IndexedBase("dfdt"), sp.IndexedBase("dDdt")
 
 STATES = (f, D)
 #: Inputs of every compiled system, in argument order (user parameters follow, sorted by name).
-INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "U", "V", "sv", "gamma", "kappa", "q")
+INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "U", "V", "sv", "gamma", "kappa", "q", "q_a", "q_w")
 INTERMEDIATES = {"r": r, "s": s, "rho": rho, "lam": lam}
 
 
@@ -95,7 +100,7 @@ NAMESPACE: dict[str, object] = {
     "b": beta, "beta": beta, "a": alpha, "alpha": alpha, "delta": delta, "i": i, "M": M, "d": d,
     "f": f, "D": D, "v": v, "lam0": lam0, "B": B, "g": g, "gpow": gpow, "c": c, "K": K, "S": S, "Sd": Sd,
     "U": U, "V": V, "sv": sv,
-    "gamma": gamma, "kappa": kappa, "q": q, "r": r, "s": s, "rho": rho, "lam": lam,
+    "gamma": gamma, "kappa": kappa, "q": q, "q_a": qa, "q_w": qw, "r": r, "s": s, "rho": rho, "lam": lam,
     "sum_b": mode_sum, "sum_a": lambda e: mode_sum(e, alpha), "sum_delta": lambda e: mode_sum(e, delta),
     "sum_i": direction_sum, "prod_i": direction_product,
 }
@@ -131,21 +136,23 @@ RESIDUAL_INTEGRAL = Term("residual_integral", v[beta] - f[beta], (beta,), sp.Int
                          "integrated residual: D accumulates the residual of each mode")
 EIGEN_GROWTH = Term("eigen_growth", direction_product(r[i] ** B[beta, i]), (beta,), sp.Integer(1),
                     "eigenvalue growth: each eigenvalue follows the variance growth of the directions of its mode")
-SCALE = Term("scale", 1 + q * mode_sum(c[beta] * gpow[beta] * D[beta] ** 2), (), sp.Integer(1),
+SCALE = Term("scale", 1 + qa * mode_sum(c[beta] * gpow[beta] * D[beta] ** 2), (), sp.Integer(1),
              "scale factor: predicted growth of the second-layer second moment, multiplying every eigenvalue")
-"""``s = 1 + q Σ_β c_{|β|} g^β D_β²`` (``q = γ²`` in the meanfield parametrization), the predicted growth of the
-second-layer second moment ``⟨a²⟩``.
+"""``s = 1 + q_a Σ_β c_{|β|} g^β D_β²`` (``q_a = q η_a²/E[a²]²``; ``γ²`` in the meanfield parametrization at plain
+SGD), the predicted growth of the second-layer second moment ``⟨a²⟩``.
 
-Derivation. The readout weights follow ``da_k/dt = γ E_x[(y − f) σ(u_k)]``. With ``y − f = Σ_β (v_β − f_β) h_β`` and
+Derivation. The readout weights follow ``da_k/dt = γ η_a E_x[(y − f) σ(u_k)]`` (``η_a``: the readout's learning-rate
+multiplier, 1 at plain SGD). With ``y − f = Σ_β (v_β − f_β) h_β`` and
 Gaussian integration by parts (theory §2) ``E_x[h_β σ(u_k)] = ŵ_k^β m_{|β|}(b_k, |ŵ_k|)/sqrt(β!)``; to first order
 the first-layer weights are frozen, so integrating in time gives
-``a_k(t) − a_k(0) = γ Σ_β D_β ŵ_k^β m_{|β|}/sqrt(β!)``. Averaging the square over init neurons, the cross term
+``a_k(t) − a_k(0) = γ η_a Σ_β D_β ŵ_k^β m_{|β|}/sqrt(β!)``. Averaging the square over init neurons, the cross term
 ``2 a_k(0)(a_k(t) − a_k(0))`` vanishes (``a_k(0)`` is independent of ``(w_k, b_k)`` with mean 0); in the square of the
 sum the terms ``β ≠ β'`` vanish by the sign symmetry ``w_i → −w_i`` whenever β and β' differ in parity along some
-direction, and ``E[(ŵ^β)² m_{|β|}²]/β! ≈ g^β E[a_k² m_{|β|}²] = g^β c_{|β|}`` (exact for multilinear β when
-``|ŵ|`` is treated as independent of one coordinate; ``E[a_k²] = 1``). Hence
-``⟨a²⟩(t)/⟨a²⟩(0) = 1 + γ² Σ_β c_{|β|} g^β D_β²``; the NTK's first-layer part is proportional to ``a_k²``, so every
-eigenvalue is multiplied by ``s``. Off by default.
+direction, and ``E[(ŵ^β)² m_{|β|}²]/β! ≈ g^β E[m_{|β|}²] = g^β c_{|β|}/E[a²]`` (exact for multilinear β when
+``|ŵ|`` is treated as independent of one coordinate; ``c_l = E[a² m_l²] = E[a²] E[m_l²]``). Hence
+``⟨a²⟩(t)/⟨a²⟩(0) = 1 + γ² η_a² Σ_β c_{|β|} g^β D_β² / E[a²]²``, i.e. ``q_a = q η_a²/E[a²]²``; the NTK's first-layer
+part is proportional to ``a_k²``, so every eigenvalue is multiplied by ``s``. A frozen readout (``η_a = 0``) has
+``s = 1``. Off by default.
 """
 MODE_COUPLING = Term("mode_coupling",
                      sp.sqrt(rho[beta]) * mode_sum(K[beta, alpha] * sp.sqrt(rho[alpha]) * (v[alpha] - f[alpha]),
@@ -163,9 +170,22 @@ and the off-diagonal part (``K`` = Gram with zero diagonal) is this term, so abl
 AGOP_GROWTH = Term("agop_growth", 1 + kappa * mode_sum(B[beta, i] * f[beta] ** 2 / g[i]), (i,), sp.Integer(1),
                    "AGOP closure: features follow the gradient outer product of the learned function")
 DISPLACEMENT_GROWTH = Term("displacement_growth",
-                           1 + q * mode_sum(B[beta, i] * c[beta] * gpow[beta] * D[beta] ** 2), (i,),
+                           1 + qw * mode_sum(B[beta, i] * c[beta] * gpow[beta] * D[beta] ** 2), (i,),
                            sp.Integer(1),
                            "displacement closure: first-order weight displacement driven by integrated residuals")
+"""``r_i = 1 + q_w Σ_β β_i c_{|β|} g^β D_β²`` (``q_w = q η_w²``; ``γ²`` in the meanfield parametrization at plain
+SGD), the predicted growth of the whitened first-layer second moment ``r_i = ⟨ŵ_{ki}²⟩/g_i``.
+
+Derivation. The first-layer weights follow ``dw_k/dt = γ η_w a_k E_x[(y − f) σ'(u_k) x]`` (``η_w``: the first
+layer's learning-rate multiplier). With ``y − f = Σ_β (v_β − f_β) h_β``, the readout and the features frozen to first
+order, ``w_{ki}(t) − w_{ki}(0) = γ η_w a_k Σ_β D_β E_x[h_β σ'(u_k) x_i]``, whose leading (multilinear) part is
+``sqrt(g_i) β_i ŵ_k^{β−e_i} m_{|β|}/sqrt(β!)`` (Gaussian integration by parts, theory §2). The cross term with
+``w_{ki}(0)`` averages to 0 (``a_k`` has mean 0 and is independent), and in the square the terms ``β ≠ β'`` vanish by
+sign symmetry, so ``⟨w_{ki}²⟩(t) − 1 = γ² η_w² Σ_β β_i g^β E[a_k² m_{|β|}²] D_β² = q_w Σ_β β_i c_{|β|} g^β D_β²``
+(``E[ŵ^{2(β−e_i)}] = g^β/g_i`` for multilinear β). ``c_l = E[a² m_l²]`` is the init moment: the ``a_k`` comes from
+``∂f/∂w_k ∝ a_k``, at its initial value to first order, so ``η_a`` does not enter; a frozen first layer
+(``η_w = 0``) has ``r_i = 1`` (the lazy law).
+"""
 
 def _positive_law(first: "sp.Expr | None" = None, second: "sp.Expr | None" = None) -> sp.Expr:
     """``(1 + Σ_α V_{βα} c_α)² + Σ_{α,δ} U_{βαδ} s_α s_δ`` with the driving-mode functions ``s_α`` (first order)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from featureode.calculus.activations import get_activation
-from featureode.kernel.parametrization import Parametrization
+from featureode.kernel.parametrization import GroupRates, Parametrization
 from featureode.sim.measure import (
     ChunkSums,
     GroupSums,
@@ -109,7 +109,9 @@ class MeanFieldBatch:
 
     ``params``: ``w`` (R, N, d), ``b`` (R, N), ``a`` (R, N) trained; ``w0``, ``b0``, ``a0`` the frozen initial copy
     that defines ``f_init``. ``gamma``: the richness of each run (R,); ``parametrization``: the output scale ``c``,
-    learning-rate scale ``q`` and readout variance (shared by the runs).
+    learning-rate scale ``q`` and readout variance (shared by the runs); ``rates``: each run's per-group
+    learning-rate multipliers ``(η_a, η_w, η_b)`` (default: the parametrization's), which multiply its SGD step per
+    group and weight the parts of its eNTK (``Θ = q Σ_g η_g ∇_g f·∇_g f'``).
 
     Execution: with ``batched`` every step processes all runs in one set of batched matmuls (the GPU layout); otherwise
     runs are stepped one after another (on a CPU this is faster: batching adds no arithmetic efficiency there and
@@ -118,11 +120,19 @@ class MeanFieldBatch:
     """
 
     def __init__(self, params: dict[str, torch.Tensor], gamma: Sequence[float], activation: str, compile: bool,
-                 batched: bool, chunk: int, parametrization: Parametrization, spread: bool = False):
+                 batched: bool, chunk: int, parametrization: Parametrization, spread: bool = False,
+                 rates: Sequence[GroupRates] | None = None):
         self.params = params
         self.spread = bool(spread)   # also measure ‖Kφ_β‖² (a second pass over the test set per measurement)
         w = params["w"]
         self.runs, self.width, self.dim = w.shape
+        self.rates = list(rates) if rates is not None else [parametrization.rates] * self.runs
+        if len(self.rates) != self.runs:
+            raise MLPError(f"{len(self.rates)} sets of group learning rates for {self.runs} runs")
+        # per group, each run's multiplier (float64, cast with the step sizes); plain SGD skips every multiply
+        self.group_rate = {k: torch.tensor([getattr(r, k) for r in self.rates], dtype=torch.float64)
+                           for k in ("a", "w", "b")}
+        self.plain = all(r.is_default for r in self.rates)
         self.gamma = torch.tensor(list(gamma), dtype=torch.float64)
         out = [parametrization.output_scale(g, self.width) for g in gamma]
         self.out_scale = out
@@ -154,12 +164,13 @@ class MeanFieldBatch:
             cols["b"].append(torch.randn(n, generator=gen, dtype=torch.float64) * s.cfg.network.bias_std)
         params = {k: torch.stack(v).to(device=device, dtype=dtype) for k, v in cols.items()}
         params.update({k + "0": v.clone() for k, v in params.items()})
-        return cls(params, [s.gamma for s in specs], specs[0].cfg.network.activation, compile, batched, chunk, param)
+        return cls(params, [s.gamma for s in specs], specs[0].cfg.network.activation, compile, batched, chunk, param,
+                   rates=[s.parametrization.rates for s in specs])
 
     def step(self, x: torch.Tensor, y: torch.Tensor, lr: Sequence[float], runs: Sequence[int]) -> list[float]:
         """One SGD step of ``runs`` (all runs when ``batched``) with gradient-flow increments ``lr = η`` (0 freezes a
-        run) on samples ``x`` (len(runs), B, d), ``y`` (len(runs), B); the SGD rate is ``η q``. Returns the batch
-        losses ``½ mean_b r_b²`` before the step."""
+        run) on samples ``x`` (len(runs), B, d), ``y`` (len(runs), B); the SGD rate is ``η q`` (times ``η_g`` for
+        group g). Returns the batch losses ``½ mean_b r_b²`` before the step."""
         if self.batched:
             if list(runs) != list(range(self.runs)):
                 raise MLPError("a batched step takes every run (give finished runs lr = 0)")
@@ -169,7 +180,9 @@ class MeanFieldBatch:
 
     def _step_group(self, runs: slice, x: torch.Tensor, y: torch.Tensor, lr: Sequence[float]) -> list[float]:
         """Accumulate the chunk gradient sums of the runs ``runs`` (a slice, so parameters are updated through
-        views), then ``θ −= (η q c / B) Σ_b …`` (``∂f/∂θ`` carries ``c``, the rate is ``η q``)."""
+        views), then ``θ_g −= (η η_g q c / B) Σ_b …`` (``∂f/∂θ`` carries ``c``, the rate is ``η η_g q``): a group
+        whose multiplier is 1 in every run of the slice is updated exactly as plain SGD, one whose multiplier is 0 in
+        every run is not touched (bit for bit frozen)."""
         p = [self.params[k][runs] for k in PARAMS]
         scale, batch = self.scale[runs], x.shape[1]
         total: tuple[torch.Tensor, ...] | None = None
@@ -178,10 +191,22 @@ class MeanFieldBatch:
             total = part if total is None else tuple(u + v for u, v in zip(total, part))
         assert total is not None  # the batch holds at least one chunk
         grad_w, grad_b, grad_a, sq = total
-        coef = (torch.tensor(list(lr), dtype=torch.float64) * self.step_factor[runs] / batch).to(x).unsqueeze(1)
-        p[0].sub_(coef.unsqueeze(-1) * grad_w)
-        p[1].sub_(coef * grad_b)
-        p[2].sub_(coef * grad_a)
+        rate64 = torch.tensor(list(lr), dtype=torch.float64) * self.step_factor[runs] / batch
+        coef = rate64.to(x).unsqueeze(1)
+        if self.plain:
+            p[0].sub_(coef.unsqueeze(-1) * grad_w)
+            p[1].sub_(coef * grad_b)
+            p[2].sub_(coef * grad_a)
+            return (0.5 * sq / batch).tolist()
+        for param, grad, key in ((p[0], grad_w, "w"), (p[1], grad_b, "b"), (p[2], grad_a, "a")):
+            group = self.group_rate[key][runs]
+            if bool((group == 1).all()):
+                c = coef
+            elif bool((group == 0).all()):
+                continue
+            else:
+                c = (rate64 * group).to(x).unsqueeze(1)
+            param.sub_(c.unsqueeze(-1) * grad if key == "w" else c * grad)
         return (0.5 * sq / batch).tolist()
 
     def output(self, x: torch.Tensor) -> torch.Tensor:
@@ -198,6 +223,11 @@ class MeanFieldBatch:
         neurons; see :mod:`featureode.sim.measure`)."""
         args, scale, kappa = [self.params[k][run:run + 1] for k in PARAMS], self.scale[run:run + 1], self.kappa[run]
         kappa_t = self.kappa_t[run]
+        rates = self.rates[run]
+        weights = None if rates.is_default else (rates.a, rates.w, rates.b)
+        if self.spread and weights is not None:
+            raise MLPError("the spread measurement ‖Kφ_β‖² is not weighted by [training] lr_scale yet; measure it "
+                           "with plain SGD (lr_scale 1 for every group)")
         total: ChunkSums | None = None
         n_chunks = math.ceil(test.x.shape[0] / test.chunk)
         n_groups = jackknife_groups(n_chunks, test.h.shape[1], self.width, self.dim)
@@ -211,12 +241,13 @@ class MeanFieldBatch:
                 else:
                     total += part
                 g, real = c * n_groups // n_chunks, int(weight.sum())
-                piece = GroupSums.of_chunk(part, h, x_sq, s_sq, slope_sq, real)
+                piece = GroupSums.of_chunk(part, h, x_sq, s_sq, slope_sq, real, weights)
                 prev = groups[g]
                 groups[g] = piece if prev is None else prev + piece
             p = self.params
             present = [g for g in groups if g is not None]
-            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support)  # type: ignore[arg-type]  # the test set holds at least one chunk
+            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support,
+                                   weights)  # type: ignore[arg-type]  # the test set holds at least one chunk
             if not self.spread:
                 return m
             second, second_se = self._second_moment(run, test, groups, n_chunks)
@@ -244,7 +275,8 @@ class MeanFieldBatch:
 
     def ntk_top(self, run: int, probe: torch.Tensor) -> float:
         """Top eigenvalue of the empirical NTK ``q J Jᵀ / P`` of one run on the probe inputs (P, d), with ``J`` the
-        per-sample gradients of ``f`` with respect to the trained ``(a, w, b)`` (all neurons)."""
+        per-sample gradients of ``f`` with respect to the trained ``(a, w, b)`` (all neurons); with per-group
+        learning rates the gradient-flow kernel ``(q/P) Σ_g η_g J_g J_gᵀ``."""
         p = self.params
         theta = {k: p[k][run] for k in ("a", "w", "b")}
         inverse_scale = 1.0 / self.out_scale[run]  # f = (Σ_k a_k σ_k) / (1/c)
@@ -253,8 +285,14 @@ class MeanFieldBatch:
             return (th["a"] * self.act(th["w"] @ x + th["b"])).sum() / inverse_scale
 
         jac = torch.func.vmap(torch.func.grad(f_single), in_dims=(None, 0))(theta, probe)
-        j = torch.cat([jac[k].reshape(probe.shape[0], -1) for k in ("a", "w", "b")], dim=1)
-        gram = (self.lr_scale[run] / probe.shape[0]) * (j @ j.T)
+        rates = self.rates[run]
+        if rates.is_default:
+            j = torch.cat([jac[k].reshape(probe.shape[0], -1) for k in ("a", "w", "b")], dim=1)
+            jj = j @ j.T
+        else:
+            jj = sum(getattr(rates, k) * (jk @ jk.T) for k in ("a", "w", "b") if getattr(rates, k) != 0
+                     for jk in (jac[k].reshape(probe.shape[0], -1),))
+        gram = (self.lr_scale[run] / probe.shape[0]) * jj
         return float(torch.linalg.eigvalsh(gram.double())[-1])
 
 

@@ -30,6 +30,10 @@ All quantities are estimated on a fixed, seeded test set ``{x_p}``, ``p = 1…n`
   ``‖Kφ_β‖²^ = mean_p a_p b_p``; its delete-a-group jackknife is exact (deleting a group changes one of the two
   directions; the change is a dot product with the vector–Jacobian products ``Σ_p b_p ∇_θ f(x_p)`` and
   ``Σ_p a_p ∇_θ f(x_p)`` accumulated per group);
+* with per-group learning rates ``(η_a, η_w, η_b)`` (``[training] lr_scale``) gradient flow follows the weighted
+  kernel ``Θ = q Σ_g η_g ∇_g f·∇_g f'``, so each part above is multiplied by its group's ``η_g`` and ``λ_β``, the Gram
+  and ``Θ(x, x)`` are their weighted sums (``weights`` of :func:`finish_measurement`; plain SGD keeps the unweighted
+  arithmetic, bit for bit);
 * standard errors of ``λ_β`` and of each part: the delete-a-group jackknife over up to :data:`JACKKNIFE_GROUPS`
   groups of test chunks (:func:`jackknife_groups`), ``se² = (G−1)/G Σ_j (λ̂_(−j) − mean_j λ̂_(−j))²`` with ``λ̂_(−j)`` the U-statistic without group
   ``j`` (test-set noise only, at the current parameters).
@@ -155,13 +159,19 @@ class GroupSums:
 
     @classmethod
     def of_chunk(cls, sums: ChunkSums, h: torch.Tensor, x_sq: torch.Tensor, s_sq: torch.Tensor,
-                 slope_sq: torch.Tensor, n: int) -> "GroupSums":
+                 slope_sq: torch.Tensor, n: int,
+                 weights: "tuple[float, float, float] | None" = None) -> "GroupSums":
         """From one chunk's sums, its mode values ``h`` (C, M), ``|x|²``, ``Σ_k S_pk²`` and ``Σ_k a_k² D_pk²`` (C,),
-        ``n`` real samples."""
+        ``n`` real samples; ``weights``: the part weights ``(η_a, η_w, η_b)`` of ``Θ`` in ``gram_diag`` (``diag``
+        stays per part, unweighted)."""
         h, x_sq, s_sq, slope_sq = h.double(), x_sq.double(), s_sq.double(), slope_sq.double()
         h2 = (h * h).T
         diag = torch.stack([h2 @ s_sq, h2 @ (x_sq * slope_sq), h2 @ slope_sq])
-        theta = s_sq + (x_sq + 1) * slope_sq
+        if weights is None:
+            theta = s_sq + (x_sq + 1) * slope_sq
+        else:
+            wa, ww, wb = weights
+            theta = wa * s_sq + (ww * x_sq + wb) * slope_sq
         return cls(sums.hs.double(), sums.hd.double(), sums.hdx.double(), diag, (h.T * theta) @ h, n)
 
     def __add__(self, other: "GroupSums") -> "GroupSums":
@@ -171,12 +181,14 @@ class GroupSums:
         return GroupSums(*(getattr(self, k) - getattr(other, k) for k in self.__dataclass_fields__))
 
 
-def _parts(g: GroupSums, a2: torch.Tensor, kappa: float) -> torch.Tensor:
-    """The U-statistics of the three parts of ``λ`` (3, M) from sums over ``g.n`` samples."""
+def _parts(g: GroupSums, a2: torch.Tensor, kappa: float, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The U-statistics of the three parts of ``λ`` (3, M) from sums over ``g.n`` samples (each multiplied by its
+    group's weight when ``weights`` (3, 1) is given)."""
     n = g.n
     mean_sq = torch.stack([((g.hs / n) ** 2).sum(1), (a2 * ((g.hdx / n) ** 2).sum(2)).sum(1),
                            (a2 * (g.hd / n) ** 2).sum(1)])
-    return n / max(n - 1, 1) * kappa * (mean_sq - g.diag / n**2)
+    out = n / max(n - 1, 1) * kappa * (mean_sq - g.diag / n**2)
+    return out if weights is None else weights * out
 
 
 @dataclass(frozen=True)
@@ -202,26 +214,32 @@ class Measurement:
 
 
 def finish_measurement(sums: ChunkSums, groups: Sequence[GroupSums], n: int, a: torch.Tensor, w: torch.Tensor,
-                       a0: torch.Tensor, kappa: float, support: Sequence[int]) -> Measurement:
+                       a0: torch.Tensor, kappa: float, support: Sequence[int],
+                       weights: "tuple[float, float, float] | None" = None) -> Measurement:
     """Turn chunk sums over ``n`` test samples (``sums``; ``groups``: the same per jackknife group) into a
     :class:`Measurement` (see the module docstring for the formulas); ``a`` (N,) and ``w`` (N, d) are the run's
     current second- and first-layer weights, ``a0`` the initial ones, ``kappa`` = :func:`ntk_factor`, ``support``
-    the dimensions of the joint moments."""
+    the dimensions of the joint moments; ``weights``: the part weights ``(η_a, η_w, η_b)`` of the gradient-flow
+    kernel (``None``: plain SGD; the groups' ``gram_diag`` must have been summed with the same weights)."""
     s = {k: getattr(sums, k).double() for k in sums.__dataclass_fields__}
     a2 = a.double() ** 2
     f = s["hf"] / n
     var = (s["hf_sq"] / n - f**2).clamp_min(0) * n / max(n - 1, 1)
-    mean_sq = ((s["hs"] / n) ** 2).sum(1) * kappa  # κ Σ_k E[h σ_k]²
-    mean_sq = mean_sq + (a2 * (((s["hdx"] / n) ** 2).sum(2) + (s["hd"] / n) ** 2)).sum(1) * kappa
-    lam = n / max(n - 1, 1) * (mean_sq - s["h_theta"] / n**2)
     growth = (w.double() ** 2).mean(0)
 
     total = groups[0]
     for g in groups[1:]:
         total = total + g
-    parts = _parts(total, a2, kappa)
+    wt = None if weights is None else torch.tensor(weights, dtype=torch.float64, device=a2.device)[:, None]
+    parts = _parts(total, a2, kappa, wt)
+    if weights is None:
+        mean_sq = ((s["hs"] / n) ** 2).sum(1) * kappa  # κ Σ_k E[h σ_k]²
+        mean_sq = mean_sq + (a2 * (((s["hdx"] / n) ** 2).sum(2) + (s["hd"] / n) ** 2)).sum(1) * kappa
+        lam = n / max(n - 1, 1) * (mean_sq - s["h_theta"] / n**2)
+    else:  # the weighted sum of the parts (the same U-statistic, from the float64 group sums)
+        lam = parts.sum(0)
     if len(groups) > 1:  # delete-a-group jackknife
-        left_out = torch.stack([_parts(total - g, a2, kappa) for g in groups])  # (G, 3, M)
+        left_out = torch.stack([_parts(total - g, a2, kappa, wt) for g in groups])  # (G, 3, M)
         scale = (len(groups) - 1) / len(groups)
         parts_se = (scale * ((left_out - left_out.mean(0)) ** 2).sum(0)).sqrt()
         lam_out = left_out.sum(1)
@@ -231,7 +249,12 @@ def finish_measurement(sums: ChunkSums, groups: Sequence[GroupSums], n: int, a: 
     hs = total.hs / total.n
     ax = ((total.hdx / total.n) * a.double()[None, :, None]).flatten(1)
     ab = total.hd / total.n * a.double()
-    gram = total.n / max(total.n - 1, 1) * kappa * (hs @ hs.T + ax @ ax.T + ab @ ab.T - total.gram_diag / total.n**2)
+    if weights is None:
+        outer = hs @ hs.T + ax @ ax.T + ab @ ab.T
+    else:
+        wa, ww, wb = weights
+        outer = wa * (hs @ hs.T) + ww * (ax @ ax.T) + wb * (ab @ ab.T)
+    gram = total.n / max(total.n - 1, 1) * kappa * (outer - total.gram_diag / total.n**2)
     a0_sq = float((a0.double() ** 2).mean())
     joint = (a2[:, None] * w.double()[:, list(support)] ** 2).mean(0) / a0_sq
     return Measurement(float(0.5 * s["sq_residual"] / n), f.cpu().numpy(), (var / n).sqrt().cpu().numpy(),

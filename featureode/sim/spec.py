@@ -14,7 +14,7 @@ from featureode.calculus.data import Spectrum
 from featureode.calculus.hermite import Mode
 from featureode.calculus.targets import Target
 from featureode.config import MLP_SECTIONS, Config
-from featureode.kernel.parametrization import Parametrization, get_parametrization
+from featureode.kernel.parametrization import Parametrization, parametrization_of
 from featureode.sim.measure import JACKKNIFE_GROUPS, jackknife_groups
 from featureode.sim.schedule import measurement_times
 
@@ -97,8 +97,9 @@ class RunSpec:
 
     @property
     def parametrization(self) -> Parametrization:
-        """The run's parametrization (``[network] parametrization``)."""
-        return get_parametrization(self.cfg.network.parametrization)
+        """The run's parametrization (``[network] parametrization`` with the per-group learning rates ``[training]
+        lr_scale``)."""
+        return parametrization_of(self.cfg)
 
     @property
     def support(self) -> tuple[int, ...]:
