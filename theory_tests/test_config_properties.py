@@ -261,6 +261,7 @@ def test_digest_of_a_suite_run_is_unchanged() -> None:
 def test_every_key_is_covered_here() -> None:
     """Each key of every table is either given a range above or is a list/table/string checked elsewhere."""
     others = {("data", "eigenvalues"), ("data", "covariance"), ("target", "expr"), ("network", "activation"),
-              ("ode", "variants"), ("ode", "ablate"), ("ode", "custom")}
+              ("ode", "variants"), ("ode", "ablate"), ("ode", "custom"),
+              ("training", "lr_scale")}  # a table {a, w, b}: theory_tests/test_lr_scale.py
     keys = {(sec, f) for sec, cls in SECTIONS.items() for f in cls.__dataclass_fields__}
     assert keys == set(NUMERIC) | set(CHOICES) | set(BOOLS) | others

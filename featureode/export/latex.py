@@ -307,9 +307,11 @@ def _variant_section(variant: Variant, basis: str, theory: Any) -> str:
         name = theory_parametrization(theory).name
         facts.append(rf"$q = {_num(pref['q'])}$ (closure prefactor of the {tex_text(name)} parametrization)")
     if ode.qw in uses:
-        facts.append(rf"$q_{{w}} = q\,\eta_w^2 = {_num(pref['q_w'])}$ (first-layer displacement)")
+        form = "q" if plain else r"q\,\eta_w^2"
+        facts.append(rf"$q_{{w}} = {form} = {_num(pref['q_w'])}$ (first-layer displacement)")
     if ode.qa in uses:
-        facts.append(rf"$q_{{a}} = q\,\eta_a^2/\mathbb{{E}}[a^2]^2 = {_num(pref['q_a'])}$ (readout growth)")
+        form = "q" if pref["q_a"] == pref["q"] and plain else r"q\,\eta_a^2/\mathbb{E}[a^2]^2"
+        facts.append(rf"$q_{{a}} = {form} = {_num(pref['q_a'])}$ (readout growth)")
     facts += [rf"${expr_latex(sp.Symbol(k))} = {_num(val)}$" for k, val in variant.param_values.items()]
     out = rf"\subsection*{{Variant \texttt{{{tex_text(variant.label)}}}}}" + "\n" + "; ".join(facts) + ".\n"
     if uses & {ode.S, ode.U, ode.V}:
