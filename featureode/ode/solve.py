@@ -152,9 +152,8 @@ def second_order_of(theory: Any, rates: "tuple[float, float, float] | None" = No
     if not getattr(theory, "activation", ""):
         raise SolveError("the second-order closures need the network's activation and σ_b; build the kernel "
                          "theory with featureode.kernel.theory.kernel_theory (theory.activation is empty)")
-    if rates is None:
-        rates = theory_parametrization(theory, parametrization).part_weights()
-    rates = tuple(float(x) for x in rates)
+    wa, ww, wb = theory_parametrization(theory, parametrization).part_weights() if rates is None else rates
+    rates = (float(wa), float(ww), float(wb))
     drivers = [k for k, vb in enumerate(np.asarray(theory.target, float)) if vb != 0]
     net = getattr(theory, "network", None)
     try:

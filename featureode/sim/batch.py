@@ -246,8 +246,8 @@ class MeanFieldBatch:
                 groups[g] = piece if prev is None else prev + piece
             p = self.params
             present = [g for g in groups if g is not None]
-            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run], kappa, support,
-                                   weights)  # type: ignore[arg-type]  # the test set holds at least one chunk
+            m = finish_measurement(total, present, test.n, p["a"][run], p["w"][run], p["a0"][run],  # type: ignore[arg-type]  # the test set holds at least one chunk
+                                   kappa, support, weights)
             if not self.spread:
                 return m
             second, second_se = self._second_moment(run, test, groups, n_chunks)
