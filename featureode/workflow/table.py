@@ -153,7 +153,7 @@ def load_sweep(out: "str | Path", quantities: "Sequence[str] | None" = ("ratio",
     ``run`` (its folder under ``out``), then the columns of :meth:`Trajectory.to_pandas
     <featureode.results.trajectory.Trajectory.to_pandas>` (``kind`` ``"ode"`` or ``"mlp"``, ``name`` the variant
     or ``"mlp"``, ``t``, ``quantity``, ``component``, ``value``), read from each run folder's ``ode.json`` and
-    ``mlp.json``. ``quantities``: which to keep (default the loss ``L/L(0)`` and the in-support loss; ``None``
+    ``mlp.json``, and for an ODE-only sweep from its columnar curve file (:func:`read_curves`). ``quantities``: which to keep (default the loss ``L/L(0)`` and the in-support loss; ``None``
     keeps every series, ``f``, ``lambda``, ``r`` … included). A run without result files (failed, or not run yet) is
     left out."""
     import pandas as pd
@@ -186,9 +186,33 @@ def load_sweep(out: "str | Path", quantities: "Sequence[str] | None" = ("ratio",
                 df = df[df["quantity"].isin(list(quantities))]
             head = {k: r[k] for k in keys} | {"seed": r["seed"], "run": r["run"]}
             frames.append(df.assign(**head)[[*head, *df.columns]])
+    frames += _columnar_curves(out, rows, keys, quantities)
     if not frames:
         return pd.DataFrame(columns=[*keys, "seed", "run", "kind", "name", "t", "quantity", "component", "value"])
     return pd.concat(frames, ignore_index=True)
+
+
+def _columnar_curves(out: Path, rows: list[dict[str, Any]], keys: list[str],
+                     quantities: "Sequence[str] | None") -> list[Any]:
+    """The ODE curves of an ODE-only sweep's one columnar file (:func:`read_curves`) in the long format of
+    :func:`load_sweep`: quantities ``loss`` and ``ratio`` (both ``L/L(0)``, as an ODE trajectory stores its loss)
+    and ``in_support_loss``, component ``None``."""
+    if not ((out / CURVES).exists() or (out / "curves.npz").exists()):
+        return []
+    curves = read_curves(out)
+    head_of = {r["run"]: {k: r[k] for k in keys} | {"seed": r["seed"], "run": r["run"]} for r in rows}
+    frames = []
+    for (run, variant), df in curves.groupby(["run", "variant"], sort=False):
+        if run not in head_of:
+            continue
+        for quantity, column in (("loss", "loss"), ("ratio", "loss"), ("in_support_loss", "in_support_loss")):
+            if quantities is not None and quantity not in quantities:
+                continue
+            long = df[["t", column]].rename(columns={column: "value"}).assign(
+                kind="ode", name=variant, quantity=quantity, component=None)
+            head = head_of[run]
+            frames.append(long.assign(**head)[[*head, "kind", "name", "t", "quantity", "component", "value"]])
+    return frames
 
 
 def _parse(text: str) -> Any:
