@@ -224,7 +224,7 @@ def test_bad_power_law_names_the_value(kwargs: dict, message: str) -> None:
     ({"dim": 2, "covariance": [[1.0, 2.0], [2.0, 1.0]]}, "[data] covariance is not positive definite"),
     ({"dim": 2, "covariance": [[1.0, 0.5], [0.4, 1.0]]}, "[data] covariance is not symmetric"),
     ({"dim": 2, "eigenvalues": [0.1, 0.9]}, "[data] eigenvalues must be in descending order"),
-    ({"dim": 2, "eigenvalues": [0.9, -0.1]}, "[data] eigenvalues must be finite numbers > 0; bad entries (index, "
+    ({"dim": 2, "eigenvalues": [0.9, -0.1]}, "[data] eigenvalues must be numbers in [1e-100, 1e+100] (or exact rationals as text, e.g. \"1/3\"); bad entries (index, "
                                              "value): [(1, -0.1)]"),
 ])
 def test_config_data_errors_at_load_name_the_key(data: dict, message: str) -> None:
