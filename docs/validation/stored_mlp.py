@@ -30,8 +30,9 @@ sys.path.insert(0, str(HERE.parents[1]))   # this checkout's package, also when 
 from featureode.workflow.grid import load_grid, suite_path  # noqa: E402
 
 
-def from_results(suite: str, results: Path) -> pd.DataFrame:
-    """Per (case, seed) MLP t50/t10 from a sweep's results.csv (the same on every variant row; checked)."""
+def from_results(suite: str, results: Path, partial: bool = False) -> pd.DataFrame:
+    """Per (case, seed) MLP t50/t10 from a sweep's results.csv (the same on every variant row; checked); ``partial``
+    accepts a sweep that has not finished every run (the table then holds the finished ones only)."""
     grid = load_grid(suite_path(suite))
     df = pd.read_csv(results)
     keys = list(grid.keys)
@@ -42,7 +43,7 @@ def from_results(suite: str, results: Path) -> pd.DataFrame:
         raise SystemExit(f"{results}: one (case, seed) has several MLP values")
     out = per.first().reset_index()
     expect = grid.size * len(grid.seeds)
-    if len(out) != expect:
+    if len(out) != expect and not (partial and len(out) < expect):
         raise SystemExit(f"{results}: {len(out)} (case, seed) rows, the suite has {expect}")
     return out
 
@@ -88,11 +89,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("suite")
     p.add_argument("--results", type=Path, help="the suite's results.csv (wide, wide2, …)")
     p.add_argument("--out", type=Path, help="default: docs/validation/mlp_crossings_SUITE.csv")
+    p.add_argument("--partial", action="store_true", help="accept a sweep that has not finished (fewer rows)")
     args = p.parse_args(argv)
     if args.suite == "standard" and args.results is None:
         df = standard(HERE / "standard_closures_target_basis.json")
     elif args.results is not None:
-        df = from_results(args.suite, args.results)
+        df = from_results(args.suite, args.results, args.partial)
     else:
         raise SystemExit("give --results for this suite")
     out = args.out or HERE / f"mlp_crossings_{args.suite}.csv"

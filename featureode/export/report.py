@@ -268,10 +268,16 @@ def report_markdown(report: Report, figure: str = "report.png") -> str:
 # ----------------------------------------------------------------------------------------------------------------
 def figure_variants(names: Sequence[str], variant: "str | Sequence[str] | None") -> list[str]:
     """The variants drawn in the mode and eigenvalue panels, out of ``names``: ``variant`` (a name or several), by
-    default ``displacement`` if present, else the first. An unknown name is a :class:`ReportError` listing the valid ones."""
+    default the reference closure (:data:`featureode.ode.variants.REFERENCE`), else
+    ``displacement``, else the first. An unknown name is a :class:`ReportError` listing the valid ones."""
+    from featureode.ode.variants import REFERENCE
+
     names = list(names)
     if variant is None:
-        return ["displacement"] if "displacement" in names else names[:1]
+        for default in (REFERENCE, "displacement"):
+            if default in names:
+                return [default]
+        return names[:1]
     chosen = [variant] if isinstance(variant, str) else list(variant)
     unknown = [v for v in chosen if v not in names]
     if unknown:

@@ -36,6 +36,12 @@ if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or ar
     from featureode.config import ODEConfig
 
 
+#: The reference closure: the one the report's figure panels show by default and the built-in config solves
+#: (``featureode/defaults/default.toml``). ``second_order`` since this release (well-posed, deterministic constants;
+#: the scores that decided it are in ``docs/validation/closures.md``); ``displacement`` before.
+REFERENCE = "second_order"
+
+
 class VariantError(FeatureODEError, ValueError):
     """An unknown closure/term name, or a custom expression that cannot be used; the message lists valid names."""
 
