@@ -219,11 +219,12 @@ def shared_and_different(variants: Sequence[Variant], basis: str, labels: bool =
     systems = {v.label: assignment_rows(v.system(basis), labels, wrap=True) for v in variants}
     order = list(dict.fromkeys(name for rows in systems.values() for name, _ in rows))
     by_name = {label: dict(rows) for label, rows in systems.items()}
-    shared, differ = [], {label: [] for label in systems}
+    shared: list[str] = []
+    differ: dict[str, list[str]] = {label: [] for label in systems}
     for name in order:
         texts = {label: rows.get(name) for label, rows in by_name.items()}
         if len(set(texts.values())) == 1 and None not in texts.values():
-            shared.append(next(iter(texts.values())))
+            shared.append(str(next(iter(texts.values()))))
         else:
             for label, text in texts.items():
                 if text is not None:

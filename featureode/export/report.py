@@ -306,6 +306,7 @@ def _log_ticks(ax: Any, which: str, compact: bool = False) -> None:
         lo, hi = mid / 2, mid * 2
         set_(lo, hi)
     decades = math.log10(hi / lo)
+    subs: tuple[float, ...]
     if compact:  # a paper-sized panel: fewer labels (8 pt text)
         subs = (1.0, 3.0) if decades <= 2 else (1.0,)
     else:

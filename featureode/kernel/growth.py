@@ -396,9 +396,9 @@ class _TiltedLaws:
         terms = law._product(gamma, L, H)[lo - L: hi - L]
 
         def cumulant(B: tuple[int, ...]) -> np.ndarray:
-            arr = arrays.get(B)
+            arr = arrays.get(B)  # type: ignore[call-overload]  # arrays: dict keyed by multiset tuples
             if arr is None:
-                arr = arrays[B] = self._cumulant(gamma, B, L, H)
+                arr = arrays[B] = self._cumulant(gamma, B, L, H)  # type: ignore[index,assignment]  # as above
             return arr[lo - L: hi - L]
 
         poly = _moment(tuple(sorted(ks)), cumulant, {}, np.ones(terms.shape, dtype=complex))

@@ -236,7 +236,9 @@ CURVE_COLUMNS = ("run", "variant", "t", "loss", "in_support_loss")
 
 
 def _curve_columns(outcomes: Sequence[RunOutcome]) -> dict[str, np.ndarray]:
-    runs, variants, cols = [], [], {k: [] for k in CURVE_COLUMNS[2:]}
+    runs: list[Any] = []
+    variants: list[Any] = []
+    cols: dict[str, list[Any]] = {k: [] for k in CURVE_COLUMNS[2:]}
     for o in outcomes:
         for name, c in (o.curves or {}).items():
             n = len(c["t"])
@@ -270,7 +272,7 @@ def write_curves(out: Path, outcomes: Sequence[RunOutcome], keep: Sequence[str] 
         import pyarrow.parquet as pq
     except ImportError:
         buf = io.BytesIO()
-        np.savez(buf, **{k: v.astype(str) if v.dtype == object else v for k, v in cols.items()})
+        np.savez(buf, **{k: v.astype(str) if v.dtype == object else v for k, v in cols.items()})  # type: ignore[arg-type]  # numpy's stub types **kwds as bool
         from featureode.results.trajectory import write_bytes
 
         write_bytes(out / "curves.npz", buf.getvalue())
