@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -15,6 +15,19 @@ from featureode.kernel.perneuron import _estimate_cost_s, _modes_of
 #: Largest number of candidate modes :func:`extended_basis` enumerates.
 MAX_CANDIDATES = 200_000
 
+
+
+def same_parity_modes(beta: Mode, dim: int, budget: int) -> "Iterator[Mode]":
+    """Every mode ``α ≡ β`` mod 2 in each of the ``dim`` coordinates with ``|α| ≤ budget`` (possibly with
+    repeats): β's support patterns (:func:`_support_patterns`) plus pairs of degree 2 on the free coordinates."""
+    free = [i for i in range(dim) if i not in beta.as_dict()]
+    for pattern, used in _support_patterns(beta, budget):
+        for n_pairs in range((budget - used) // 2 + 1):
+            for extra in itertools.combinations_with_replacement(free, n_pairs):
+                index = dict(pattern)
+                for i in extra:
+                    index[i] = index.get(i, 0) + 2
+                yield Mode.from_dict(index)
 
 # ----------------------------------------------------------------------------------------------------------------
 # extended basis
@@ -67,17 +80,10 @@ def extended_basis(target_modes: Iterable["Mode | str"], dim: int, degree: int, 
     for beta in targets:
         budget = beta.degree + degree
         db = beta.as_dict()
-        free = [i for i in range(dim) if i not in db]
-        for pattern, used in _support_patterns(beta, budget):
-            for n_pairs in range((budget - used) // 2 + 1):
-                for extra in itertools.combinations_with_replacement(free, n_pairs):
-                    index = dict(pattern)
-                    for i in extra:
-                        index[i] = index.get(i, 0) + 2
-                    gamma = Mode.from_dict(index)
-                    score = math.prod(gv[i] ** (abs(gamma.order(i) - db.get(i, 0)) / 2)
-                                      for i in set(index) | set(db))
-                    scores[gamma] = max(scores.get(gamma, 0.0), score)
+        for gamma in same_parity_modes(beta, dim, budget):
+            score = math.prod(gv[i] ** (abs(gamma.order(i) - db.get(i, 0)) / 2)
+                              for i in set(gamma.as_dict()) | set(db))
+            scores[gamma] = max(scores.get(gamma, 0.0), score)
     target_set = set(targets)
     ranked = sorted((m for m in scores if m not in target_set), key=lambda m: (-scores[m], m.sort_key()))
     return list(targets) + ranked[: max_modes - len(targets)]

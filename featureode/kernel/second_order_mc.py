@@ -152,15 +152,5 @@ def _constants(modes: tuple[Mode, ...], g: tuple[float, ...], activation: str, b
                        dict(zip(PARTS, np.array([x.mean(1) for x in k0_parts]).T)))
 
 
-def predicted_parts(so: SecondOrder, D: np.ndarray, q: float, resummed: bool = False) -> dict[str, np.ndarray]:
-    """The parts of ``λ_β(t)`` that the ``second_order`` (or, ``resummed``, the ``resummed``) closure predicts from
-    its integrated residuals ``D`` (``n_t × M``): ``λ^P_β(0) + λ_β(0) Σ_α S^P_{βα} G_α(D_α)`` with
-    ``G = q D²`` (or ``2 sinh²(sqrt(q S̄_α/2) D)/S̄_α``); they sum to ``λ_β(0) ρ_β`` (Monte Carlo ``λ_β(0)``). Keys
-    ``"readout"``, ``"weights"``, ``"bias"`` (the theory §6 ``lambda_parts`` names)."""
-    D = np.asarray(D, float)
-    if resummed:
-        sd = np.maximum(np.diag(so.S), 1e-30)
-        G = 2 * np.sinh(np.sqrt(q * sd / 2) * D) ** 2 / sd
-    else:
-        G = q * D**2
-    return {p: so.lambda0_parts[p][None, :] + so.lambda0[None, :] * (G @ so.S_parts[p].T) for p in PARTS}
+# the old law's predicted parts take the Monte Carlo constants as they are (same fields S, S_parts, λ0, λ0 parts)
+from featureode.kernel.second_order import predicted_parts  # noqa: E402,F401

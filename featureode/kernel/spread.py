@@ -33,7 +33,6 @@ one-dimensional Gaussian integrals (Gauss–Legendre between the kinks of σ), a
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -44,7 +43,7 @@ import sympy as sp
 from featureode.calculus.activations import U, Activation, _numpy_namespace, _stable
 from featureode.calculus.hermite import Mode
 from featureode.kernel.averagers import quadrature
-from featureode.kernel.basis import _support_patterns
+from featureode.kernel.basis import _support_patterns, same_parity_modes
 from featureode.kernel.network import KernelError, Network
 from featureode.kernel.perneuron import pair_terms
 
@@ -69,16 +68,7 @@ def coupled_modes(beta: Mode, dim: int, extra_degree: int) -> list[Mode]:
         raise KernelError(f"extra_degree must be an integer ≥ 0, got {extra_degree!r}")
     beta.check_dim(dim)
     budget = beta.degree + extra_degree
-    free = [i for i in range(dim) if i not in beta.as_dict()]
-    out = set()
-    for pattern, used in _support_patterns(beta, budget):
-        for n_pairs in range((budget - used) // 2 + 1):
-            for extra in itertools.combinations_with_replacement(free, n_pairs):
-                index = dict(pattern)
-                for i in extra:
-                    index[i] = index.get(i, 0) + 2
-                out.add(Mode.from_dict(index))
-    return sorted(out, key=lambda m: (m.degree, m.sort_key()))
+    return sorted(set(same_parity_modes(beta, dim, budget)), key=lambda m: (m.degree, m.sort_key()))
 
 
 def _count_coupled(beta: Mode, dim: int, extra_degree: int) -> int:
