@@ -14,6 +14,7 @@ import pytest
 from featureode.cli import main
 from featureode.config import load_config
 from test_latex import NO_LATEX, latex_ready
+from _configs import edited_default
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -114,10 +115,9 @@ def test_custom_closure_example(tmp_path):
 def test_compare_end_to_end_reduced(tmp_path, capsys):
     """The main job's path at reduced size: report.json schema, report.md, report.png, and the MLP cache reuse."""
     cfg_path = tmp_path / "small.toml"
-    cfg_path.write_text((ROOT / "featureode" / "defaults" / "default.toml").read_text()
-                        .replace("width = 1024", "width = 128").replace("batch = 2048", "batch = 256")
-                        .replace("t_max = 300.0", "t_max = 20.0")
-                        .replace("seed = 0", "seed = 0\nn_test = 2000\nn_points = 12\nntk_probe = 64"))
+    cfg_path.write_text(edited_default(("width = 1024", "width = 128"), ("batch = 2048", "batch = 256"),
+                                       ("t_max = 300.0", "t_max = 20.0"),
+                                       ("seed = 0", "seed = 0\nn_test = 2000\nn_points = 12\nntk_probe = 64")))
     small = load_config(cfg_path)
     assert small.network.width == 128 and small.training.n_test == 2000
     out = tmp_path / "out"
@@ -173,11 +173,10 @@ def test_readme_python_example_runs(monkeypatch, capsys):
 def test_compare_reports_an_mlp_that_ran_out_of_steps(tmp_path):
     """A t_max the MLP cannot reach within max_steps: the run stops, and the report says where it stopped."""
     cfg_path = tmp_path / "short.toml"
-    cfg_path.write_text((ROOT / "featureode" / "defaults" / "default.toml").read_text()
-                        .replace("width = 1024", "width = 64").replace("batch = 2048", "batch = 128")
-                        .replace('basis = "extended"', 'basis = "target"')
-                        .replace("seed = 0", "seed = 0\nn_test = 1000\nn_points = 10\nntk_probe = 32\nmax_steps = 5\n"
-                                             "compile = false"))
+    cfg_path.write_text(edited_default(("width = 1024", "width = 64"), ("batch = 2048", "batch = 128"),
+                                       ('basis = "extended"', 'basis = "target"'),
+                                       ("seed = 0", "seed = 0\nn_test = 1000\nn_points = 10\nntk_probe = 32\n"
+                                                    "max_steps = 5\ncompile = false")))
     out = tmp_path / "out"
     with pytest.warns(UserWarning, match="not reached within max_steps = 5"):
         assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0

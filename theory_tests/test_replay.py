@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy.linalg import expm
 
+from _configs import DEFAULT_VARIANTS, edited_default
 from _ode_theories import make_theory
 from featureode.ode.replay import ReplayError, integrated_eigenvalue, replay, replay_run
 from featureode.ode.solve import solve_variant
@@ -107,14 +108,11 @@ def test_compare_adds_replay_and_diagnostics(tmp_path):
     from featureode.cli import main
     from featureode.results.trajectory import ODEResult
 
-    root = Path(__file__).resolve().parents[1]
     cfg_path = tmp_path / "small.toml"
-    cfg_path.write_text((root / "featureode" / "defaults" / "default.toml").read_text()
-                        .replace("width = 1024", "width = 64").replace("batch = 2048", "batch = 128")
-                        .replace("t_max = 300.0", "t_max = 10.0").replace('basis = "extended"', 'basis = "target"')
-                        .replace('variants = ["lazy", "agop", "displacement"]',
-                                 'variants = ["lazy", "replay", "displacement"]')
-                        .replace("seed = 0", "seed = 0\nn_test = 1000\nn_points = 10\nntk_probe = 32"))
+    cfg_path.write_text(edited_default(("width = 1024", "width = 64"), ("batch = 2048", "batch = 128"),
+                                       ("t_max = 300.0", "t_max = 10.0"), ('basis = "extended"', 'basis = "target"'),
+                                       (DEFAULT_VARIANTS, 'variants = ["lazy", "replay", "displacement"]'),
+                                       ("seed = 0", "seed = 0\nn_test = 1000\nn_points = 10\nntk_probe = 32")))
     out = tmp_path / "out"
     assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
     ode = ODEResult.load(out)
@@ -152,13 +150,12 @@ def test_compare_on_the_extended_basis_measures_every_mode_for_replay(tmp_path):
     from featureode.cli import main
     from featureode.results.trajectory import ODEResult
 
-    root = Path(__file__).resolve().parents[1]
     cfg_path = tmp_path / "small.toml"
-    text = ((root / "featureode" / "defaults" / "default.toml").read_text()
-            .replace("width = 1024", "width = 64").replace("batch = 2048", "batch = 128")
-            .replace("t_max = 300.0", "t_max = 5.0").replace("dim = 16", "dim = 8")
-            .replace("seed = 0", "seed = 0\nn_test = 1000\nn_points = 8\nntk_probe = 32"))
-    cfg_path.write_text(text.replace('variants = ["lazy", "agop", "displacement"]', 'variants = ["lazy", "replay"]'))
+    text = edited_default(("width = 1024", "width = 64"), ("batch = 2048", "batch = 128"),
+                          ("t_max = 300.0", "t_max = 5.0"), ("dim = 16", "dim = 8"),
+                          ("seed = 0", "seed = 0\nn_test = 1000\nn_points = 8\nntk_probe = 32"))
+    assert text.count(DEFAULT_VARIANTS) == 1 and text.count('basis = "extended"') == 1
+    cfg_path.write_text(text.replace(DEFAULT_VARIANTS, 'variants = ["lazy", "replay"]'))
     out = tmp_path / "out"
     assert main(["compare", str(cfg_path), "--out", str(out), "--quiet"]) == 0
     ode, mlp = ODEResult.load(out), Trajectory.load(out, "mlp")
@@ -171,9 +168,9 @@ def test_compare_on_the_extended_basis_measures_every_mode_for_replay(tmp_path):
     # a simulation of the target basis (fewer measured modes) is reused on the extended basis, with a warning
     other = tmp_path / "other"
     cfg_path.write_text(text.replace('basis = "extended"', 'basis = "target"')
-                        .replace('variants = ["lazy", "agop", "displacement"]', 'variants = ["lazy", "replay"]'))
+                        .replace(DEFAULT_VARIANTS, 'variants = ["lazy", "replay"]'))
     assert main(["compare", str(cfg_path), "--out", str(other), "--quiet"]) == 0
-    cfg_path.write_text(text.replace('variants = ["lazy", "agop", "displacement"]', 'variants = ["lazy", "replay"]'))
+    cfg_path.write_text(text.replace(DEFAULT_VARIANTS, 'variants = ["lazy", "replay"]'))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(["compare", str(cfg_path), "--out", str(other), "--quiet", "--force"]) == 0
