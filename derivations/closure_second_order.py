@@ -1,5 +1,6 @@
-"""Derivation of the ``second_order`` and ``resummed`` closures (``featureode.ode.terms.SECOND_ORDER_GROWTH``,
-``RESUMMED_GROWTH``; constants in ``featureode.kernel.second_order``), step by step with SymPy, written as LaTeX.
+"""Derivation of the ``second_order``, ``resummed`` and ``rational`` closures
+(``featureode.ode.terms.SECOND_ORDER_GROWTH``, ``RESUMMED_GROWTH``, ``RATIONAL_GROWTH``; constants in
+``featureode.kernel.second_order``), step by step with SymPy, written as LaTeX.
 
 Run ``python derivations/closure_second_order.py --out FILE.tex``. Steps (each printed, each checked):
 
@@ -15,8 +16,12 @@ Run ``python derivations/closure_second_order.py --out FILE.tex``. Steps (each p
    ``S_{αα} = 2 g_α`` (first-order ``displacement``: ``c_1 g_α = g_α``) and ``S_{z0,z1} = g_1``.
 5. The package's Monte Carlo ``S`` (``featureode.kernel.second_order``, Stein forms + central differences) agrees with the
    closed form of step 4 for a quadratic activation within its error bar.
-6. Resummation: for a linear activation the flow is a hyperbolic rotation, solved exactly (``dsolve``); the averaged
-   eigenvalues equal ``RESUMMED_GROWTH`` with ``S`` of step 4, for the driving mode and for the other one.
+6. Resummation: for a linear activation the flow is a hyperbolic rotation, solved exactly (``dsolve``);
+   ``RESUMMED_GROWTH`` with the linear constants equals it for the driving mode, and for the other mode gives the
+   stated ``((1 + cosh x)/2)² + sinh²x/2`` (3/4 of the exact ``cosh²x`` as ``D → ∞``).
+7. Every eigenvalue law (``SECOND_ORDER_GROWTH``, ``RESUMMED_GROWTH``, ``RATIONAL_GROWTH``) agrees with the exact
+   second order ``1 + γ²SD²`` to ``O(D²)``; the rational law is that truncation where ``S ≥ 0`` and
+   ``1/(1 + γ²|S|D²)`` where ``S < 0``.
 """
 from __future__ import annotations
 
@@ -168,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         check(abs(mc - exact) < 4 * err + 1e-6, f"Monte Carlo S[{beta},z0] within 4 standard errors of the "
                                                  "closed form")
 
-    print("Step 6: resummation — the linear network's flow solved exactly")
+    print("Step 6: resummation — the linear network's flow solved exactly, against the package's resummed law")
     aa, ww = sp.Function("a"), sp.Function("w")
     Dv = sp.Symbol("D", real=True)
     sol = sp.dsolve([sp.Eq(aa(Dv).diff(Dv), gam * ww(Dv)), sp.Eq(ww(Dv).diff(Dv), gam * g0 * aa(Dv))],
@@ -178,23 +183,62 @@ def main(argv: list[str] | None = None) -> int:
     lam_z0 = gauss(sp.expand(w_D**2 + a_D**2 * g0), INIT)
     lam_z1 = gauss(sp.expand(w1**2 + a_D**2 * g1), INIT)
     growth = {"z0": sp.simplify(lam_z0 / (2 * g0)), "z1": sp.simplify(lam_z1 / (2 * g1))}
-    print("  λ_z0(D)/λ_z0(0) =", sp.simplify(growth["z0"].rewrite(sp.cosh)))
-    q = gam**2
-    S_lin = {"z0": 2 * g0, "z1": g0}
-    for beta in ("z0", "z1"):
-        law = 1 + S_lin[beta] * 2 * sp.sinh(sp.sqrt(q * S_lin["z0"] / 2) * Dv) ** 2 / S_lin["z0"]
-        diff = sp.simplify((growth[beta] - law).rewrite(sp.exp))
-        check(diff == 0, f"linear σ: resummed law equals the exact flow for λ_{beta} driven by z0")
-    check(sp.simplify((growth["z0"] - sp.cosh(2 * gam * sp.sqrt(g0) * Dv)).rewrite(sp.exp)) == 0,
+    x = gam * sp.sqrt(g0) * Dv
+    check(sp.simplify((growth["z0"] - sp.cosh(2 * x)).rewrite(sp.exp)) == 0,
           "linear σ: λ_z0(D)/λ_z0(0) = cosh(2γ sqrt(g_0) D)")
+    check(sp.simplify((growth["z1"] - sp.cosh(x) ** 2).rewrite(sp.exp)) == 0,
+          "linear σ: λ_z1(D)/λ_z1(0) = cosh²(γ sqrt(g_0) D)")
+    # the package's laws with one driver (M = 1) and the linear constants U, V (test_second_order checks them):
+    # driving mode U = V = g_0 (S = 2 g_0); mode z1 driven by z0: U = V = g_0/2 (S = g_0)
+    UV = {"z0": (g0, g0), "z1": (g0 / 2, g0 / 2)}
+
+    def law(term: object, beta: str) -> sp.Expr:
+        Ub, Vb = UV[beta]
+        e = term.body.subs(ode.M, 1).doit()  # type: ignore[attr-defined]
+        e = e.subs({ode.U[ode.beta, 0, 0]: Ub, ode.V[ode.beta, 0]: Vb, ode.S[ode.beta, 0]: Ub + Vb,
+                    ode.Sd[0]: 2 * g0, ode.D[0]: Dv, ode.q: gam**2})
+        return sp.simplify(e.rewrite(sp.exp))
+
+    resummed = {beta: law(ode.RESUMMED_GROWTH, beta) for beta in ("z0", "z1")}
+    check(sp.simplify(resummed["z0"] - growth["z0"].rewrite(sp.exp)) == 0,
+          "linear σ: RESUMMED_GROWTH equals the exact flow for the driving mode z0")
+    stated = ((1 + sp.cosh(x)) / 2) ** 2 + sp.sinh(x) ** 2 / 2
+    check(sp.simplify(resummed["z1"] - stated.rewrite(sp.exp)) == 0,
+          "linear σ: RESUMMED_GROWTH gives ((1 + cosh x)/2)² + sinh²x/2 for z1 (exact: cosh²x; the projection of "
+          "u_2 on u_0 drops its orthogonal part)")
+    ratio_inf = sp.limit((stated / sp.cosh(x) ** 2).subs(Dv, sp.Symbol("y", positive=True) / (gam * sp.sqrt(g0))),
+                         sp.Symbol("y", positive=True), sp.oo)
+    check(ratio_inf == sp.Rational(3, 4), "… 3/4 of the exact growth as D → ∞")
     tex.append(r"\section*{6. Resummation}" "\n"
-               r"Linear activation, driven by $z_0$: $\lambda_{z_0}(D)/\lambda_{z_0}(0) = \cosh(2\gamma\sqrt{g_0}D)$,"
-               r" equal to the resummed law below with $S_{z_0z_0} = 2g_0$ (and for $\lambda_{z_1}$ with "
-               r"$S_{z_1z_0} = g_0$)." "\n")
+               r"Linear activation, driven by $z_0$, $x = \gamma\sqrt{g_0}D$: $\lambda_{z_0}(D)/\lambda_{z_0}(0) = "
+               r"\cosh 2x$ and $\lambda_{z_1}(D)/\lambda_{z_1}(0) = \cosh^2 x$. The resummed law with the linear "
+               r"constants ($U = V = g_0$ for $z_0$, $U = V = g_0/2$ for $z_1$) is exact for $z_0$ and gives "
+               r"$((1+\cosh x)/2)^2 + \sinh^2 x/2$ for $z_1$: $3/4$ of the exact growth as $D\to\infty$." "\n")
+
+    print("Step 7: every eigenvalue law agrees with the exact second order 1 + γ²S D² to O(D²); the rational law is "
+          "that truncation wherever S ≥ 0, and positive for any D")
+    for term in (ode.SECOND_ORDER_GROWTH, ode.RESUMMED_GROWTH, ode.RATIONAL_GROWTH):
+        for beta in ("z0", "z1"):
+            series = sp.series(law(term, beta), Dv, 0, 3).removeO()
+            check(sp.simplify(series - (1 + gam**2 * sum(UV[beta]) * Dv**2)) == 0,
+                  f"{term.name}: λ_{beta} = 1 + γ² S D² + O(D⁴) (linear constants)")  # type: ignore[attr-defined]
+    rational = ode.RATIONAL_GROWTH.body.subs(ode.M, 1).doit().subs({ode.D[0]: Dv, ode.q: gam**2})
+    grow = rational.subs(ode.S[ode.beta, 0], sp.Symbol("S", positive=True))
+    check(sp.simplify(grow - (1 + gam**2 * sp.Symbol("S", positive=True) * Dv**2)) == 0,
+          "rational law = 1 + γ²S D² for S ≥ 0")
+    shrink = rational.subs(ode.S[ode.beta, 0], -sp.Symbol("s", positive=True))
+    check(sp.simplify(shrink - 1 / (1 + gam**2 * sp.Symbol("s", positive=True) * Dv**2)) == 0,
+          "rational law = 1/(1 + γ²|S| D²) for S < 0: in (0, 1], never a sign change")
+    tex.append(r"\section*{7. The rational law}" "\n"
+               r"$\rho_\beta = (1 + q\sum_\alpha S^+_{\beta\alpha}D_\alpha^2)/(1 + q\sum_\alpha "
+               r"S^-_{\beta\alpha}D_\alpha^2)$, $S^\pm = \max(\pm S, 0)$: the exact second order where "
+               r"$S \ge 0$, $1/(1 + q|S|D^2)$ where $S < 0$; like the other laws it agrees with "
+               r"$1 + qSD^2$ to $O(D^2)$." "\n")
 
     tex.append(r"\section*{The closure terms (featureode.ode.terms)}" "\n"
                r"\texttt{second\_order\_growth}: $\rho_\beta = " + expr_latex(ode.SECOND_ORDER_GROWTH.body)
                + "$\n\n" r"\texttt{resummed\_growth}: $\rho_\beta = " + expr_latex(ode.RESUMMED_GROWTH.body)
+               + "$\n\n" r"\texttt{rational\_growth}: $\rho_\beta = " + expr_latex(ode.RATIONAL_GROWTH.body)
                + r"$ with $q = \gamma^2$ (meanfield), $\bar S_\alpha = \max(S_{\alpha\alpha}, 10^{-30})$, "
                r"$S_{\beta\alpha} = U_{\beta\alpha\alpha} + V_{\beta\alpha}$ (the positive laws: "
                r"docs/theory/well\_posedness.md)." "\n")

@@ -16,4 +16,4 @@ def edited_default(*pairs: tuple[str, str]) -> str:
     return text
 
 
-DEFAULT_VARIANTS = 'variants = ["lazy", "displacement", "second_order"]'
+DEFAULT_VARIANTS = 'variants = ["lazy", "displacement", "rational"]'

@@ -157,8 +157,9 @@ def test_a_key_zipped_with_an_axis_is_accepted_and_named():
 def test_variant_colours_are_fixed_for_builtins_and_hashed_for_others():
     assert variant_colour("displacement") == variant_colour("displacement")
     assert variant_colour("mlp") == "black"
-    builtin = {variant_colour(n) for n in ("lazy", "agop", "displacement", "second_order", "resummed", "replay")}
-    assert len(builtin) == 6 and variant_colour("exp_displacement") not in builtin
+    builtin = {variant_colour(n) for n in ("lazy", "agop", "displacement", "second_order", "resummed", "rational",
+                                           "replay")}
+    assert len(builtin) == 7 and variant_colour("exp_displacement") not in builtin
     np.testing.assert_equal(variant_colour("exp_displacement"), variant_colour("exp_displacement"))
 
 

@@ -93,6 +93,13 @@ class _Neurons:
         dW, db = torch.autograd.grad(A.sum(), (W, b))
         return (A**2 + a**2 * ((self.g * dW**2).sum(1) + db**2)).detach()
 
+    def gradient(self, mode: Mode, a, W, b) -> torch.Tensor:
+        """``u = P^{1/2}∇φ_β`` per neuron (columns: readout, the three whitened weights, bias)."""
+        W, b = W.detach().requires_grad_(True), b.detach().requires_grad_(True)
+        A = self.A(mode, W, b)
+        dW, db = torch.autograd.grad(A.sum(), (W, b))
+        return torch.cat([A[:, None], a[:, None] * torch.sqrt(self.g) * dW, (a * db)[:, None]], 1).detach()
+
     def integrate(self, mode: Mode, theta: tuple, eps: float, steps: int) -> tuple:
         h = eps / steps
         for _ in range(steps):
@@ -128,3 +135,30 @@ def test_constants_agree_with_an_rk4_integration_of_the_per_neuron_flow(alpha, b
     mean, err = _rk4_coefficient(b, a, n=4000, seed=5)
     exact = so.S[row, 0] * so.lambda0[row]
     assert abs(exact - mean) < 4 * err + 1e-6, (exact, mean, err)
+
+
+def test_the_parts_U_and_V_agree_with_the_per_neuron_gradient_of_an_rk4_flow():
+    """``U = E|u_1|²/λ`` and ``V = E[u_0·u_2]/λ`` separately (a swap of the two keeps ``S`` and would pass the test
+    above): ``u(ε) = P^{1/2}∇φ_β(θ(ε))`` from RK4 of the per-neuron flow at ε = ±0.05, ±0.1, ``u_1`` and ``u_2`` by
+    Richardson-extrapolated central differences, averaged over sampled neurons (mean ± standard error)."""
+    a, b = Mode.parse("z0"), Mode.parse("z0*z1")
+    so = second_order_constants([a, b], G3, "erf", 0.5, drivers=[0])
+    U, V = so.U[1, 0, 0] * so.lambda0[1], so.V[1, 0] * so.lambda0[1]
+    assert abs(U - V) > 0.2 * abs(U), (U, V)      # a swap would be visible
+    rng = np.random.default_rng(11)
+    n = 4000
+    theta0 = (torch.tensor(rng.standard_normal(n)), torch.tensor(rng.standard_normal((n, 3)) * np.sqrt(G3)),
+              torch.tensor(0.5 * rng.standard_normal(n)))
+    nr = _Neurons()
+    u0 = nr.gradient(b, *theta0)
+    d1, d2 = {}, {}
+    for eps in (0.05, 0.1):
+        up, down = (nr.gradient(b, *nr.integrate(a, theta0, e, steps=4)) for e in (eps, -eps))
+        d1[eps], d2[eps] = (up - down) / (2 * eps), (up + down - 2 * u0) / eps**2
+    u1 = (4 * d1[0.05] - d1[0.1]) / 3
+    u2 = (4 * d2[0.05] - d2[0.1]) / 3
+    per_U, per_V = (u1**2).sum(1).numpy(), (u0 * u2).sum(1).numpy()
+    for name, exact, per in (("U", U, per_U), ("V", V, per_V)):
+        mean, err = per.mean(), per.std(ddof=1) / math.sqrt(n)
+        assert abs(exact - mean) < 4 * err, (name, exact, mean, err)
+        assert 4 * err < 0.5 * abs(U - V), (name, err, U, V)     # the bar is tight enough to tell U from V

@@ -1,9 +1,10 @@
 """Well-posedness of the positive second-order laws: over random configs (activation, target degree 1–4, d, γ,
-basis) the solved ``second_order`` and ``resummed`` flows stay finite with every ``ρ_β > 0`` (no blow-up), and the
+basis) the solved ``second_order``, ``resummed`` and ``rational`` flows stay finite with every ``ρ_β > 0`` (no blow-up), and the
 compiled law is ``≥ 0`` for arbitrary (also huge) integrated residuals ``D``."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,7 +43,7 @@ def test_positive_laws_stay_finite_and_positive_along_the_solution(cfg):
         # with its reason: a reported result, never a blow-up
         assert "diverges" in str(exc), str(exc)
         return
-    for name in ("second_order", "resummed"):
+    for name in ("second_order", "resummed", "rational"):
         try:
             traj = solve_variant(kt, name, cfg.training.t_max, basis=basis)
         except (SolveError, ActivationError) as exc:
@@ -60,7 +61,7 @@ def test_positive_laws_stay_finite_and_positive_along_the_solution(cfg):
 def test_compiled_laws_are_nonnegative_for_any_residuals(seed):
     rng = np.random.default_rng(seed)
     M = 3
-    for name in ("second_order", "resummed"):
+    for name in ("second_order", "resummed", "rational"):
         system = Variant(name).system()
         comp = compile_system(system)
         # a random Gram matrix U_β (PSD) and V of any sign, as the quadrature gives them
@@ -75,3 +76,28 @@ def test_compiled_laws_are_nonnegative_for_any_residuals(seed):
             y = np.concatenate([np.zeros(M), scale * rng.standard_normal(M)])
             lam = comp.observe(y, *[inputs[k] for k in system.inputs])[2]
             assert np.all(lam >= -1e-12 * np.maximum(1, np.abs(lam)).max()), (name, scale, lam)
+
+
+def test_rational_law_is_the_truncated_growth_continued_without_sign_change():
+    """The compiled ``rational`` law against its formula written here: ``ρ_β = (1 + qΣS⁺D²)/(1 + qΣS⁻D²)``; equal
+    to the truncated ``1 + qΣ_α S_{βα} D_α²`` wherever every ``S_{βα} ≥ 0``, to it to ``O(D²)`` otherwise, and in
+    ``(0, ∞)`` for any ``D``."""
+    rng = np.random.default_rng(3)
+    M, q = 4, 0.3
+    system = Variant("rational").system()
+    comp = compile_system(system)
+    S = rng.standard_normal((M, M))
+    S[0] = np.abs(S[0])                       # one mode with only growing parts
+    base = {"B": np.eye(M), "v": np.ones(M), "lam0": np.ones(M), "g": np.ones(M), "gpow": np.ones(M),
+            "c": np.ones(M), "K": np.zeros((0, 0)), "S": S, "Sd": np.maximum(np.diag(S), 1e-30),
+            "U": np.zeros((M, M, M)), "V": np.zeros((M, M)), "sv": np.zeros(0), "gamma": 0.5, "kappa": 0.1,
+            "q": q, "q_a": q, "q_w": q}
+    for scale in (1e-4, 0.3, 3.0, 300.0):
+        D = scale * rng.standard_normal(M)
+        lam = comp.observe(np.concatenate([np.zeros(M), D]), *[base[k] for k in system.inputs])[2]
+        want = (1 + q * np.maximum(S, 0) @ D**2) / (1 + q * np.maximum(-S, 0) @ D**2)
+        np.testing.assert_allclose(lam, want, rtol=1e-12)
+        assert np.all(lam > 0) and np.all(np.isfinite(lam))
+        assert lam[0] == pytest.approx(1 + q * S[0] @ D**2, rel=1e-12)
+        if scale < 1e-3:   # O(D²) agreement with the truncated law: the difference is O(D⁴)
+            np.testing.assert_allclose(lam - 1, q * S @ D**2, rtol=1e-5, atol=1e-15)

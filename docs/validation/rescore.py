@@ -37,10 +37,11 @@ def ode_grid(suite: str, variants: list[str], basis: str):
     return dataclasses.replace(grid, base=base, seeds=(0,))
 
 
-def rescored(suite: str, ode_results: pd.DataFrame) -> pd.DataFrame:
-    """``ode_results`` (an ODE-only results table, seed 0) joined with the stored MLP times of every seed; the
-    columns of a trained sweep's results.csv (ratios ODE/MLP recomputed)."""
-    mlp = pd.read_csv(HERE / f"mlp_crossings_{suite}.csv")
+def rescored(suite: str, ode_results: pd.DataFrame, mlp_csv: "Path | None" = None) -> pd.DataFrame:
+    """``ode_results`` (an ODE-only results table, seed 0) joined with the stored MLP times of every seed
+    (``mlp_csv``, default ``mlp_crossings_SUITE.csv``; a partial table scores the cases it has); the columns of a
+    trained sweep's results.csv (ratios ODE/MLP recomputed)."""
+    mlp = pd.read_csv(mlp_csv or HERE / f"mlp_crossings_{suite}.csv")
     keys = [c for c in mlp.columns if c not in ("seed", "mlp_t50", "mlp_t10")]
     ode = ode_results.drop(columns=[c for c in ("seed", "mlp_t50", "mlp_t10", "t50_ratio", "t10_ratio", "log_rms")
                                     if c in ode_results.columns])
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder of the ODE-only sweep")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--title", default=None)
+    p.add_argument("--mlp", type=Path, default=None,
+                   help="stored MLP crossings (default docs/validation/mlp_crossings_SUITE.csv)")
     p.add_argument("--md", type=Path, help="write the score table (and failures) as Markdown here")
     args = p.parse_args(argv)
     from featureode.workflow.executors import make_executor
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     grid = ode_grid(args.suite, args.variants.split(","), args.basis)
     executor = make_executor("local", args.jobs) if args.jobs > 1 else None
     run_sweep(grid, args.out, executor=executor, ode_only=True, yes=True)
-    df = rescored(args.suite, pd.read_csv(args.out / "results.csv"))
+    df = rescored(args.suite, pd.read_csv(args.out / "results.csv"), args.mlp)
     df.to_csv(args.out / "rescored.csv", index=False)
     title = args.title or f"{args.suite}, {args.basis} basis (ODE-only against the stored MLP runs)"
     text = markdown(scores(df), title)

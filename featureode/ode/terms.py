@@ -242,6 +242,29 @@ average of squares (``ρ_β ≥ 0``), and is exact for the driving mode of a lin
 the part of ``u_2`` orthogonal to ``u_0``).
 """
 
+RATIONAL_GROWTH = Term("rational_growth",
+                       (1 + q * mode_sum(sp.Max(S[beta, alpha], 0) * D[alpha] ** 2, alpha))
+                       / (1 + q * mode_sum(sp.Max(-S[beta, alpha], 0) * D[alpha] ** 2, alpha)),
+                       (beta,), sp.Integer(1),
+                       "rational second-order closure: the exact second-order growth, continued without sign "
+                       "change (growing parts in the numerator, shrinking parts in the denominator)")
+"""``ρ_β = (1 + q Σ_α S⁺_{βα} D_α²) / (1 + q Σ_α S⁻_{βα} D_α²)``, ``S^± = max(±S, 0)`` (an eigenvalue law).
+
+It equals ``1 + q Σ_α S_{βα} D_α²`` — the exact second-order growth (:data:`SECOND_ORDER_GROWTH`) — to ``O(D²)``, is
+positive and finite for every ``D`` (the denominator is ≥ 1), and where every ``S_{βα} ≥ 0`` it *is* the truncated
+law. A mode whose eigenvalue shrinks tends to 0 like ``1/D²`` instead of crossing 0 (the truncated law's failure).
+
+Why not the square. :data:`SECOND_ORDER_GROWTH` is the average of the square of the truncated per-neuron gradient;
+its ``D⁴`` term ``¼ q² V²D⁴`` is only one of the ``D⁴`` contributions (``E[u_1·u_3]``, ``E[u_0·u_4]`` and the
+orthogonal part of ``u_2`` are the others) and where ``V_{βα}`` is large and negative — a mode of higher degree
+driven by a level-1 mode, e.g. ``h3(z0)`` driven by ``z0``, ``V ≈ −1.6``, ``U ≈ 1.9`` for ReLU — the square dips
+through 0 and rebounds, 5× above the exact per-neuron flow at ``γD = 2``, where the truncated law is within 8%.
+``docs/validation/law_fidelity.md`` sets every law beside an RK4 integration of the per-neuron mean-field flow
+(one driving mode; ReLU, erf, tanh): this law is the truncated law wherever ``S ≥ 0``, the most accurate of them on
+average. The continuation of a shrinking mode (``S < 0``) is a choice, stated, not derived: the oracle's few such
+modes stay within ±10% of their initial eigenvalue up to ``γD = 2`` and then drift either way.
+"""
+
 SPREAD = Term("spread", 1 - sv[beta], (beta,), sp.Integer(1),
               "spectral spread: each eigenvalue lowered to the slow atom of the two-point spectral measure with the "
               "mode's init mean, variance and the top of the spectrum")

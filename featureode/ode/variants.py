@@ -1,7 +1,8 @@
 """Variants and ablation as data (theory §4): a variant is a closure + options + removed/replaced terms.
 
 - Closures are named entries of a registry (:func:`closure_names`): ``lazy`` (``r_i = 1``), ``agop``,
-  ``displacement`` (direction laws for ``r_i``), ``second_order`` and ``resummed`` (eigenvalue laws for ``ρ_β``);
+  ``displacement`` (direction laws for ``r_i``), ``second_order``, ``resummed`` and ``rational`` (eigenvalue laws
+  for ``ρ_β``);
   :func:`register_closure` adds one from a SymPy expression (or a string) for ``r_i``.
 - Terms are named (:func:`term_names`); ``Variant(..., ablate=[name])`` removes a term (its neutral value takes its
   place) and ``Variant(..., replace={name: expr})`` swaps its body — e.g. a new eigenvalue law
@@ -37,9 +38,10 @@ if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or ar
 
 
 #: The reference closure: the one the report's figure panels show by default and the built-in config solves
-#: (``featureode/defaults/default.toml``). ``second_order`` since this release (well-posed, deterministic constants;
-#: the scores that decided it are in ``docs/validation/closures.md``); ``displacement`` before.
-REFERENCE = "second_order"
+#: (``featureode/defaults/default.toml``). ``rational`` since this release (the exact second-order growth continued
+#: without sign change; the combined score that decided it is in ``docs/validation/closures.md``); before it
+#: ``second_order`` (one release) and ``displacement``.
+REFERENCE = "rational"
 
 
 class VariantError(FeatureODEError, ValueError):
@@ -63,7 +65,8 @@ for _c in (Closure("lazy", None, doc="r_i = 1: the pure kernel regime"),
            Closure("agop", ode.AGOP_GROWTH, doc=ode.AGOP_GROWTH.doc),
            Closure("displacement", ode.DISPLACEMENT_GROWTH, doc=ode.DISPLACEMENT_GROWTH.doc),
            Closure("second_order", ode.SECOND_ORDER_GROWTH, doc=ode.SECOND_ORDER_GROWTH.doc),
-           Closure("resummed", ode.RESUMMED_GROWTH, doc=ode.RESUMMED_GROWTH.doc)):
+           Closure("resummed", ode.RESUMMED_GROWTH, doc=ode.RESUMMED_GROWTH.doc),
+           Closure("rational", ode.RATIONAL_GROWTH, doc=ode.RATIONAL_GROWTH.doc)):
     CLOSURES.register(_c.name, _c)
 del _c
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
