@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from _per_neuron import PerNeuron, init_neurons
 from featureode.calculus.hermite import Mode
 from featureode.kernel.growth import Rates
 from featureode.kernel.network import Network
@@ -60,64 +61,13 @@ def test_learning_rate_weights_enter_the_metric():
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# independent oracle: RK4 of the per-neuron flow, projections by Gauss–Hermite quadrature over z, autograd
+# independent oracle: RK4 of the per-neuron flow (theory_tests/_per_neuron.py)
 # ------------------------------------------------------------------------------------------------------------------
-class _Neurons:
-    """``A_β(ŵ, b) = E_z[h_β(z) erf(ŵ·z + b)]`` by a tensor Gauss–Hermite rule in d = 3 (no Stein identities, no
-    derivative means), derivatives by autograd."""
-
-    def __init__(self, n_nodes: int = 10) -> None:
-        x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
-        grid = np.stack(np.meshgrid(x, x, x, indexing="ij"), -1).reshape(-1, 3)
-        wts = np.prod(np.stack(np.meshgrid(w, w, w, indexing="ij"), -1).reshape(-1, 3), axis=1)
-        self.z, self.w, self.g = torch.tensor(grid), torch.tensor(wts / wts.sum()), torch.tensor(G3)
-
-    def hermite(self, mode: Mode) -> torch.Tensor:
-        h = {1: lambda x: x, 2: lambda x: (x**2 - 1) / math.sqrt(2)}
-        out = torch.ones(self.z.shape[0], dtype=torch.float64)
-        for i, n in mode.items:
-            out = out * h[n](self.z[:, i])
-        return out
-
-    def A(self, mode: Mode, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return (torch.erf(W @ self.z.T + b[:, None]) * self.hermite(mode)[None, :]) @ self.w
-
-    def flow(self, mode: Mode, a, W, b):
-        a, W, b = (x.detach().requires_grad_(True) for x in (a, W, b))
-        da, dW, db = torch.autograd.grad((a * self.A(mode, W, b)).sum(), (a, W, b))
-        return da, dW * self.g, db
-
-    def kernel(self, mode: Mode, a, W, b) -> torch.Tensor:
-        W, b = W.detach().requires_grad_(True), b.detach().requires_grad_(True)
-        A = self.A(mode, W, b)
-        dW, db = torch.autograd.grad(A.sum(), (W, b))
-        return (A**2 + a**2 * ((self.g * dW**2).sum(1) + db**2)).detach()
-
-    def gradient(self, mode: Mode, a, W, b) -> torch.Tensor:
-        """``u = P^{1/2}∇φ_β`` per neuron (columns: readout, the three whitened weights, bias)."""
-        W, b = W.detach().requires_grad_(True), b.detach().requires_grad_(True)
-        A = self.A(mode, W, b)
-        dW, db = torch.autograd.grad(A.sum(), (W, b))
-        return torch.cat([A[:, None], a[:, None] * torch.sqrt(self.g) * dW, (a * db)[:, None]], 1).detach()
-
-    def integrate(self, mode: Mode, theta: tuple, eps: float, steps: int) -> tuple:
-        h = eps / steps
-        for _ in range(steps):
-            k1 = self.flow(mode, *theta)
-            k2 = self.flow(mode, *(x + h / 2 * k for x, k in zip(theta, k1)))
-            k3 = self.flow(mode, *(x + h / 2 * k for x, k in zip(theta, k2)))
-            k4 = self.flow(mode, *(x + h * k for x, k in zip(theta, k3)))
-            theta = tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(theta, k1, k2, k3, k4))
-        return theta
-
-
 def _rk4_coefficient(beta: Mode, alpha: Mode, n: int, seed: int) -> tuple[float, float]:
     """``[ε²] E[k_β(θ(ε))]`` from RK4 at ε = ±0.05, ±0.1 (even part, Richardson), mean and standard error over ``n``
     sampled init neurons."""
-    rng = np.random.default_rng(seed)
-    theta0 = (torch.tensor(rng.standard_normal(n)), torch.tensor(rng.standard_normal((n, 3)) * np.sqrt(G3)),
-              torch.tensor(0.5 * rng.standard_normal(n)))
-    nr = _Neurons()
+    theta0 = init_neurons(n, G3, 0.5, seed)
+    nr = PerNeuron(G3)
     k0 = nr.kernel(beta, *theta0)
     x = {}
     for eps in (0.05, 0.1):
@@ -145,11 +95,9 @@ def test_the_parts_U_and_V_agree_with_the_per_neuron_gradient_of_an_rk4_flow():
     so = second_order_constants([a, b], G3, "erf", 0.5, drivers=[0])
     U, V = so.U[1, 0, 0] * so.lambda0[1], so.V[1, 0] * so.lambda0[1]
     assert abs(U - V) > 0.2 * abs(U), (U, V)      # a swap would be visible
-    rng = np.random.default_rng(11)
     n = 4000
-    theta0 = (torch.tensor(rng.standard_normal(n)), torch.tensor(rng.standard_normal((n, 3)) * np.sqrt(G3)),
-              torch.tensor(0.5 * rng.standard_normal(n)))
-    nr = _Neurons()
+    theta0 = init_neurons(n, G3, 0.5, 11)
+    nr = PerNeuron(G3)
     u0 = nr.gradient(b, *theta0)
     d1, d2 = {}, {}
     for eps in (0.05, 0.1):

@@ -12,6 +12,7 @@ import torch
 from _ode_theories import make_theory
 from featureode.ode import terms as ode
 from featureode.ode.compile import compile_system
+from _per_neuron import PerNeuron, init_neurons
 from featureode.calculus.hermite import Mode
 from featureode.export.latex import expr_latex, system_latex, tex_text
 from featureode.kernel.second_order_mc import second_order_constants
@@ -24,62 +25,6 @@ G3 = np.array([0.25, 0.15, 0.1])
 # ------------------------------------------------------------------------------------------------------------------
 # independent integration: projections by Gauss–Hermite quadrature over z, gradients by autograd, flow by RK4
 # ------------------------------------------------------------------------------------------------------------------
-class _QuadratureNeurons:
-    """Per-neuron ``A_β(ŵ, b) = E_z[h_β(z) erf(ŵ·z + b)]`` by a tensor Gauss–Hermite rule in d = 3 (no Stein
-    identities, no derivative means), derivatives by torch autograd."""
-
-    def __init__(self, n_nodes: int = 20) -> None:
-        x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
-        grid = np.stack(np.meshgrid(x, x, x, indexing="ij"), -1).reshape(-1, 3)
-        wts = np.prod(np.stack(np.meshgrid(w, w, w, indexing="ij"), -1).reshape(-1, 3), axis=1)
-        self.z = torch.tensor(grid)
-        self.w = torch.tensor(wts / wts.sum())
-        self.g = torch.tensor(G3)
-
-    def hermite(self, mode: Mode) -> torch.Tensor:
-        h = {1: lambda x: x, 2: lambda x: (x**2 - 1) / math.sqrt(2)}
-        out = torch.ones(self.z.shape[0], dtype=torch.float64)
-        for i, n in mode.items:
-            out = out * h[n](self.z[:, i])
-        return out
-
-    def A(self, mode: Mode, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        u = W @ self.z.T + b[:, None]
-        return (torch.erf(u) * self.hermite(mode)[None, :]) @ self.w
-
-    def flow(self, mode: Mode, a: torch.Tensor, W: torch.Tensor, b: torch.Tensor):
-        a, W, b = (x.detach().requires_grad_(True) for x in (a, W, b))
-        phi = (a * self.A(mode, W, b)).sum()
-        da, dW, db = torch.autograd.grad(phi, (a, W, b))
-        return da, dW * self.g, db
-
-    def kernel(self, mode: Mode, a: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        W, b = W.detach().requires_grad_(True), b.detach().requires_grad_(True)
-        A = self.A(mode, W, b)
-        dW, db = torch.autograd.grad(A.sum(), (W, b))
-        return (A**2 + a**2 * ((self.g * dW**2).sum(1) + db**2)).detach()
-
-    def integrate(self, mode: Mode, theta: tuple, eps: float, steps: int) -> tuple:
-        """RK4 for ``dθ/dε = P∇φ_α(θ)`` from 0 to ``eps``."""
-        h = eps / steps
-        for _ in range(steps):
-            k1 = self.flow(mode, *theta)
-            k2 = self.flow(mode, *(x + h / 2 * k for x, k in zip(theta, k1)))
-            k3 = self.flow(mode, *(x + h / 2 * k for x, k in zip(theta, k2)))
-            k4 = self.flow(mode, *(x + h * k for x, k in zip(theta, k3)))
-            theta = tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(theta, k1, k2, k3, k4))
-        return theta
-
-
-def _same_neurons(n: int, bias_std: float, seed: int) -> tuple[torch.Tensor, ...]:
-    """The init neurons ``second_order_constants`` draws (same generator, same order)."""
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal(n)
-    W = rng.standard_normal((n, G3.size)) * np.sqrt(G3)
-    b = bias_std * rng.standard_normal(n)
-    return tuple(torch.tensor(x) for x in (a, W, b))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("driver", ["z0", "z0*z1"])
 def test_second_order_constants_match_an_integration_of_the_per_neuron_flow(driver):
@@ -92,8 +37,8 @@ def test_second_order_constants_match_an_integration_of_the_per_neuron_flow(driv
     col = [str(m) for m in modes].index(driver)
     n, sb, seed = 300, 0.5, 3
     so = second_order_constants(modes, G3, "erf", sb, drivers=[col], n_neurons=n, seed=seed)
-    quad = _QuadratureNeurons()
-    theta0 = _same_neurons(n, sb, seed)
+    quad = PerNeuron(G3, "erf", n_nodes=20)
+    theta0 = init_neurons(n, G3, sb, seed)   # the init neurons second_order_constants draws (same order)
     for row, beta in enumerate(modes):
         lam0 = quad.kernel(beta, *theta0).mean().item()
         assert lam0 == pytest.approx(so.lambda0[row], rel=1e-4)   # quadrature error of the 20-node rule

@@ -2,8 +2,8 @@
 
 For a driving mode α and a mode β the growth of the init kernel's eigenvalue along the mean-field flow
 ``dθ/dε = P∇φ_α`` (``ε = γ D_α``; θ = (a, ŵ, b), ``P = diag(1, g, 1)``) is ``ρ_β(ε) = E[k_β(θ(ε))] / E[k_β(θ_0)]``.
-An independent oracle computes it: RK4 of the per-neuron flow on sampled init neurons (a ~ N(0, 1),
-ŵ_i ~ N(0, g_i), b ~ N(0, σ_b²); d = 3, g = (0.25, 0.15, 0.1), σ_b = 0.5), gradients by autograd, projections
+An independent oracle (``theory_tests/_per_neuron.py``, the one the tests use) computes it: RK4 of the per-neuron
+flow on sampled init neurons (a ~ N(0, 1), ŵ_i ~ N(0, g_i), b ~ N(0, σ_b²); d = 3, g = (0.25, 0.15, 0.1), σ_b = 0.5), gradients by autograd, projections
 ``A_β = E_z[h_β(z) σ(ŵ·z + b)]`` by a tensor Gauss–Hermite rule in z for erf, tanh and the linear activation, and by
 the closed-form Stein means of ReLU (``m_1 = Φ(b/s)``, ``m_k = (−1)^k He_{k−2}(b/s) φ(b/s)/s^{k−1}``, s = |ŵ|) —
 no derivative-mean table, no growth algebra. Mean ± standard error of the ratio (delta method). Beside it, the laws
@@ -33,79 +33,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "theory_tests"))   # the oracle the tests use
+from _per_neuron import PerNeuron, init_neurons  # noqa: E402
 from featureode.calculus.hermite import Mode  # noqa: E402
 from featureode.kernel.second_order import second_order_constants  # noqa: E402
 
 G3 = np.array([0.25, 0.15, 0.1])
 SB = 0.5
-ACTS = {"erf": torch.erf, "tanh": torch.tanh, "u": lambda x: x}
-
-
-class Neurons:
-    def __init__(self, act: str, n_nodes: int = 10) -> None:
-        x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
-        grid = np.stack(np.meshgrid(x, x, x, indexing="ij"), -1).reshape(-1, 3)
-        wts = np.prod(np.stack(np.meshgrid(w, w, w, indexing="ij"), -1).reshape(-1, 3), axis=1)
-        self.z, self.w, self.g = torch.tensor(grid), torch.tensor(wts / wts.sum()), torch.tensor(G3)
-        self.stein = act == "relu"
-        self.sigma = ACTS.get(act)
-
-    def hermite(self, mode: Mode) -> torch.Tensor:
-        h = {1: lambda x: x, 2: lambda x: (x**2 - 1) / math.sqrt(2), 3: lambda x: (x**3 - 3 * x) / math.sqrt(6)}
-        out = torch.ones(self.z.shape[0], dtype=torch.float64)
-        for i, n in mode.items:
-            out = out * h[n](self.z[:, i])
-        return out
-
-    def A(self, mode, W, b):
-        if self.stein:
-            return self.A_stein(mode, W, b)
-        return (self.sigma(W @ self.z.T + b[:, None]) * self.hermite(mode)[None, :]) @ self.w
-
-    def A_stein(self, mode, W, b):
-        """ReLU: ``A_β = ŵ^β m_{|β|}(b, |ŵ|)/sqrt(β!)`` with the closed forms ``m_1 = Φ(b/s)``,
-        ``m_k = (−1)^k He_{k−2}(b/s) φ(b/s)/s^{k−1}`` (k ≥ 2), ``s = |ŵ|``."""
-        s = torch.sqrt((W**2).sum(1))
-        x = b / s
-        pdf = torch.exp(-x**2 / 2) / math.sqrt(2 * math.pi)
-        k = mode.degree
-        if k == 1:
-            m = 0.5 * (1 + torch.erf(x / math.sqrt(2)))
-        else:
-            he = [torch.ones_like(x), x]
-            for n in range(2, k - 1):
-                he.append(x * he[-1] - (n - 1) * he[-2])
-            m = (-1) ** k * he[k - 2] * pdf / s ** (k - 1)
-        out = m
-        fact = 1.0
-        for i, n in mode.items:
-            out = out * W[:, i] ** n
-            fact *= math.factorial(n)
-        return out / math.sqrt(fact)
-
-    def flow(self, mode, a, W, b):
-        a, W, b = (x.detach().requires_grad_(True) for x in (a, W, b))
-        da, dW, db = torch.autograd.grad((a * self.A(mode, W, b)).sum(), (a, W, b))
-        return da, dW * self.g, db
-
-    def kernel(self, mode, a, W, b):
-        W, b = W.detach().requires_grad_(True), b.detach().requires_grad_(True)
-        A = self.A(mode, W, b)
-        dW, db = torch.autograd.grad(A.sum(), (W, b))
-        return (A**2 + a**2 * ((self.g * dW**2).sum(1) + db**2)).detach()
-
-    def integrate(self, mode, theta, eps, steps):
-        h = eps / steps
-        for _ in range(steps):
-            k1 = self.flow(mode, *theta)
-            k2 = self.flow(mode, *(x + h / 2 * k for x, k in zip(theta, k1)))
-            k3 = self.flow(mode, *(x + h / 2 * k for x, k in zip(theta, k2)))
-            k4 = self.flow(mode, *(x + h * k for x, k in zip(theta, k3)))
-            theta = tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(theta, k1, k2, k3, k4))
-        return theta
 
 
 def laws(U: float, V: float, T: float, Saa: float, eps: np.ndarray) -> dict[str, np.ndarray]:
@@ -136,10 +72,8 @@ def ratio_and_se(k: np.ndarray, k0: np.ndarray) -> tuple[float, float]:
 
 def study(act: str, n: int, eps: np.ndarray, seed: int = 7, pairs: "list[tuple[str, str]] | None" = None
           ) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    theta0 = (torch.tensor(rng.standard_normal(n)), torch.tensor(rng.standard_normal((n, 3)) * np.sqrt(G3)),
-              torch.tensor(SB * rng.standard_normal(n)))
-    nr = Neurons(act)
+    theta0 = init_neurons(n, G3, SB, seed)
+    nr = PerNeuron(G3, act)
     rows = []
     # a linear network has no degree-2 or -3 features (their eigenvalue is 0): only level-1 pairs
     pairs = [p for p in (pairs or PAIRS) if act != "u" or all(Mode.parse(m).degree == 1 for m in p)]
