@@ -12,10 +12,10 @@ page (``docs/theory.md``).
 # first access (PEP 562 module __getattr__); ``__all__`` and ``dir(featureode)`` list them all.
 _EXPORTS: dict[str, str] = {
     # configuration
-    "Config": "featureode.config",
-    "ConfigError": "featureode.config",
-    "config_from_dict": "featureode.config",
-    "load_config": "featureode.config",
+    "Config": "featureode.config.runconfig",
+    "ConfigError": "featureode.config.rules",
+    "config_from_dict": "featureode.config.runconfig",
+    "load_config": "featureode.config.files",
     # the error base every user-facing error derives from, and the registries' type
     "FeatureODEError": "featureode.core.errors",
     "Registry": "featureode.core.registry",
@@ -113,7 +113,9 @@ if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the 
     from featureode.calculus.data import Spectrum
     from featureode.calculus.hermite import Mode
     from featureode.calculus.targets import Target, parse_target
-    from featureode.config import Config, ConfigError, config_from_dict, load_config
+    from featureode.config.files import load_config
+    from featureode.config.rules import ConfigError
+    from featureode.config.runconfig import Config, config_from_dict
     from featureode.core.errors import FeatureODEError
     from featureode.core.registry import Registry
     from featureode.export.diagnostics import diagnostics_figure

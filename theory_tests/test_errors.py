@@ -46,7 +46,7 @@ def package_exceptions() -> dict[str, type[BaseException]]:
 def test_every_package_exception_derives_from_the_base():
     found = package_exceptions()
     # the walk sees the errors it must (a broken walk that finds nothing would pass the loop below)
-    for known in ("featureode.config.ConfigError", "featureode.workflow.grid.GridError",
+    for known in ("featureode.config.rules.ConfigError", "featureode.workflow.grid.GridError",
                   "featureode.ode.solve.SolveError", "featureode.workflow.runs.FolderInUseError"):
         assert known in found, known
     stray = {key: cls.__mro__ for key, cls in found.items()
