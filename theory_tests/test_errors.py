@@ -16,7 +16,8 @@ from featureode.core.errors import FeatureODEError
 
 #: exception classes that are not user-facing errors, each with the reason
 INTERNAL = {
-    "featureode.ode.solve._Diverged": "raised and caught inside solve's step loop; it becomes a Status, never escapes",
+    "featureode.ode.runners._Diverged": "raised and caught inside solve's step loop; it becomes a Status, never "
+                                        "escapes",
     "featureode.sim.spec.SimulationInterrupted": "an interrupt (a KeyboardInterrupt), not an error: the CLI ends "
                                                  "it with status 130 and its message, as any Ctrl-C",
 }
