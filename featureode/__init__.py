@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "Mode": "featureode.calculus.hermite",
     "Spectrum": "featureode.calculus.data",
     "ACTIVATIONS": "featureode.calculus.activations",
-    "Activation": "featureode.calculus.activations",
+    "Activation": "featureode.calculus.activation_calculus",
     "from_expression": "featureode.calculus.activations",
     "get_activation": "featureode.calculus.activations",
     "register_activation": "featureode.calculus.activations",
@@ -108,8 +108,8 @@ def __dir__() -> list[str]:
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the names without importing anything
     from featureode._version import __version__
-    from featureode.calculus.activations import (ACTIVATIONS, Activation, from_expression, get_activation,
-                                                 register_activation)
+    from featureode.calculus.activation_calculus import Activation
+    from featureode.calculus.activations import ACTIVATIONS, from_expression, get_activation, register_activation
     from featureode.calculus.data import Spectrum
     from featureode.calculus.hermite import Mode
     from featureode.calculus.targets import Target, parse_target
