@@ -12,10 +12,10 @@ page (``docs/theory.md``).
 # first access (PEP 562 module __getattr__); ``__all__`` and ``dir(featureode)`` list them all.
 _EXPORTS: dict[str, str] = {
     # configuration
-    "Config": "featureode.config",
-    "ConfigError": "featureode.config",
-    "config_from_dict": "featureode.config",
-    "load_config": "featureode.config",
+    "Config": "featureode.config.runconfig",
+    "ConfigError": "featureode.config.rules",
+    "config_from_dict": "featureode.config.runconfig",
+    "load_config": "featureode.config.files",
     # the error base every user-facing error derives from, and the registries' type
     "FeatureODEError": "featureode.core.errors",
     "Registry": "featureode.core.registry",
@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "Mode": "featureode.calculus.hermite",
     "Spectrum": "featureode.calculus.data",
     "ACTIVATIONS": "featureode.calculus.activations",
-    "Activation": "featureode.calculus.activations",
+    "Activation": "featureode.calculus.activation_calculus",
     "from_expression": "featureode.calculus.activations",
     "get_activation": "featureode.calculus.activations",
     "register_activation": "featureode.calculus.activations",
@@ -108,12 +108,14 @@ def __dir__() -> list[str]:
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the names without importing anything
     from featureode._version import __version__
-    from featureode.calculus.activations import (ACTIVATIONS, Activation, from_expression, get_activation,
-                                                 register_activation)
+    from featureode.calculus.activation_calculus import Activation
+    from featureode.calculus.activations import ACTIVATIONS, from_expression, get_activation, register_activation
     from featureode.calculus.data import Spectrum
     from featureode.calculus.hermite import Mode
     from featureode.calculus.targets import Target, parse_target
-    from featureode.config import Config, ConfigError, config_from_dict, load_config
+    from featureode.config.files import load_config
+    from featureode.config.rules import ConfigError
+    from featureode.config.runconfig import Config, config_from_dict
     from featureode.core.errors import FeatureODEError
     from featureode.core.registry import Registry
     from featureode.export.diagnostics import diagnostics_figure

@@ -16,7 +16,8 @@ from featureode.core.errors import FeatureODEError
 
 #: exception classes that are not user-facing errors, each with the reason
 INTERNAL = {
-    "featureode.ode.solve._Diverged": "raised and caught inside solve's step loop; it becomes a Status, never escapes",
+    "featureode.ode.runners._Diverged": "raised and caught inside solve's step loop; it becomes a Status, never "
+                                        "escapes",
     "featureode.sim.spec.SimulationInterrupted": "an interrupt (a KeyboardInterrupt), not an error: the CLI ends "
                                                  "it with status 130 and its message, as any Ctrl-C",
 }
@@ -46,7 +47,7 @@ def package_exceptions() -> dict[str, type[BaseException]]:
 def test_every_package_exception_derives_from_the_base():
     found = package_exceptions()
     # the walk sees the errors it must (a broken walk that finds nothing would pass the loop below)
-    for known in ("featureode.config.ConfigError", "featureode.workflow.grid.GridError",
+    for known in ("featureode.config.rules.ConfigError", "featureode.workflow.grid.GridError",
                   "featureode.ode.solve.SolveError", "featureode.workflow.runs.FolderInUseError"):
         assert known in found, known
     stray = {key: cls.__mro__ for key, cls in found.items()

@@ -75,7 +75,7 @@ def test_api_reference_has_every_module():
         if rel.name in ("__init__", "__main__", "_version"):
             continue
         module = ".".join(rel.parts)
-        page = rel.parts[1]  # featureode/config.py → config.md, featureode/kernel/x.py → kernel.md
+        page = rel.parts[1]  # featureode/config/rules.py → config.md, featureode/kernel/x.py → kernel.md
         assert f"::: {module}\n" in pages.get(page, ""), f"{module} is missing from docs/api/{page}.md"
 
 
