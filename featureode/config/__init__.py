@@ -12,8 +12,8 @@ Integers may be written as floats that are whole numbers (``width = 1e3`` is TOM
 One set of defaults: a config file (:func:`load_config`) is laid over the built-in default run
 ``featureode/defaults/default.toml`` (:data:`DEFAULT_PATH`), so a file that gives only ``[target]`` runs with the
 same settings as ``featureode compare`` without a file (``t_max = 300``, variants ``lazy``, ``displacement`` and
-the reference ``rational``, the extended basis); the keys that default file does not set take the defaults of the dataclasses
-below. ``[target] expr`` has no default in a file: a file (or ``--set``) must say what to learn. ``--set
+the reference ``rational``, the extended basis); the keys that default file does not set take the defaults of the
+dataclasses below. ``[target] expr`` has no default in a file: a file (or ``--set``) must say what to learn. ``--set
 table.key=value`` (:func:`parse_set`, values read as TOML literals) changes keys after the file and before every
 check. :func:`config_from_dict` validates a dict as given (the Python API's low-level door: keys it lacks take the
 dataclass defaults, not those of the default file; :func:`default_dict` is the default file as a dict).
