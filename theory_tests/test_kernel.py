@@ -474,6 +474,13 @@ def test_build_once_network_and_batch_equal_kernel_theory():
                             target=cfg.target_obj(spectrum))
         assert np.array_equal(pre.gram, one.gram)
     assert batch[0].network is batch[1].network                   # configs differing only in γ share it
+    # ... and the γ-free theory (computed once): equal arrays, each config's own copies, its own γ and κ = γ² c_1/Λ_1²
+    a, b = batch[0], batch[1]
+    assert (a.gamma, b.gamma) == (0.5, 0.05) and np.array_equal(a.lambda_exact, b.lambda_exact)
+    assert a.kappa == pytest.approx(0.25 * a.c[1] / a.level_coefficients[1] ** 2, rel=1e-15)
+    assert b.kappa == pytest.approx(0.0025 * b.c[1] / b.level_coefficients[1] ** 2, rel=1e-15)
+    assert not np.shares_memory(a.lambda_exact, b.lambda_exact) and not np.shares_memory(a.gram, b.gram)
+    assert not np.shares_memory(a.gram_parts["weights"], b.gram_parts["weights"])
 
 
 def test_readout_variance_scales_the_a_squared_terms():

@@ -93,6 +93,16 @@ def test_ode_only_sweep_two_local_jobs_table_and_resume(tmp_path):
     pd.testing.assert_frame_equal(again.sort_values(key).reset_index(drop=True),
                                   curves.sort_values(key).reset_index(drop=True))
 
+    # a sweep killed before it wrote its curve file: the runs whose curves are not in it are computed again
+    (out / "curves.parquet").unlink()
+    assert "(4 already finished)" not in sweeps.list_text(load_grid(grid_path), sweeps.plan(
+        load_grid(grid_path), out, ode_only=True), ode_only=True, jobs=1)
+    res = run_sweep(load_grid(grid_path), out, ode_only=True, progress=False)
+    assert (res.computed, res.reused) == (8, 0)
+    again = sweeps.read_curves(out)
+    pd.testing.assert_frame_equal(again.sort_values(key).reset_index(drop=True),
+                                  curves.sort_values(key).reset_index(drop=True))
+
     # extend: a new richness value computes only the new points
     _write(tmp_path, ODE_GRID.replace("[0.05, 0.5]", "[0.05, 0.5, 0.25]"))
     res = run_sweep(load_grid(grid_path), out, ode_only=True, progress=False)
@@ -363,13 +373,23 @@ def test_ode_only_runs_solved_in_batches_equal_runs_solved_alone(tmp_path, monke
     grid = load_grid(grid_path)
     groups = sweeps.ode_groups(list(range(8)), workers=1)
     assert [len(g) for g in groups] == [2, 2, 2, 2]
+    # runs that differ only in γ and the seed (one kernel theory) go in one group, even when γ is the outer axis
+    gamma_outer = load_grid(_write(tmp_path, ODE_GRID.replace('"target.expr" = ["z0", "z1"]\n', "").replace(
+        "[0.05, 0.5]", "[0.05, 0.1, 0.2, 0.5]\n\"target.expr\" = [\"z0\", \"z1\"]").replace("[0, 1]", "[0]"),
+        "gamma_outer.toml"))
+    planned = [t for _, t in sweeps.plan(gamma_outer, tmp_path / "outer", ode_only=True)]
+    assert [t.raw["target"]["expr"] for t in planned[:2]] == ["z0", "z1"]      # plan order: γ, then the target
+    families = [[t.raw["target"]["expr"] for t in g] for g in sweeps.ode_groups(planned, workers=1)]
+    assert families == [["z0", "z0"], ["z0", "z0"], ["z1", "z1"], ["z1", "z1"]]
     res = run_sweep(grid, tmp_path / "batched", ode_only=True, progress=False)
     assert not res.failed and res.computed == 8
     curves = sweeps.read_curves(tmp_path / "batched")
     assert list(curves.columns) == ["run", "variant", "t", "loss", "in_support_loss"]
     for p, task in sweeps.plan(grid, tmp_path / "batched", ode_only=True):
-        names = {f.name for f in Path(task.run_dir).iterdir()}   # the stamp and the completion stamp, no curves
-        assert {"config.json", "done.json"} <= names and not names & {"ode.json", "ode.npz"}
+        names = {f.name for f in Path(task.run_dir).iterdir() if not f.name.startswith(".")}
+        assert names == {"config.json"}     # the stamp alone (its own completion stamp), no curves
+        stamp = json.loads((Path(task.run_dir) / "config.json").read_text())
+        assert stamp["digest"] == task.config().digest() and set(stamp["ode"]) == set(res.outcomes[task.name].variants)
         want = solve_config(task.config())
         for name, tr in want.variants.items():
             got = curves[(curves.run == f"runs/{task.name}") & (curves.variant == name)]

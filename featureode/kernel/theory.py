@@ -330,7 +330,7 @@ def _ratio(num: float, den: float) -> float | None:
 # config level
 # ----------------------------------------------------------------------------------------------------------------
 def kernel_theory(cfg: Config, basis: str | None = None, with_gram: bool = False, *, network: Network | None = None,
-                  target: Target | None = None) -> KernelTheory:
+                  target: Target | None = None, _shared: "dict[tuple, KernelTheory] | None" = None) -> KernelTheory:
     """All init kernel quantities of a :class:`~featureode.config.Config` for the feature ODE.
 
     ``basis``: ``"target"`` (the target's modes) or ``"extended"`` (:func:`extended_basis` with
@@ -344,12 +344,31 @@ def kernel_theory(cfg: Config, basis: str | None = None, with_gram: bool = False
         spectrum = network.spectrum if network is not None and network.spectrum is not None else cfg.spectrum()
         network = network or Network.from_config(cfg, spectrum)
         target = target if target is not None else cfg.target_obj(spectrum)
-    theory = _theory(network, target, float(cfg.network.richness), basis, with_gram, cfg.ode.extended_degree,
-                     cfg.ode.extended_max_modes, parametrization_of(cfg))
+    gamma, par = float(cfg.network.richness), parametrization_of(cfg)
+    if _shared is None:
+        theory = _theory(network, target, gamma, basis, with_gram, cfg.ode.extended_degree,
+                         cfg.ode.extended_max_modes, par)
+    else:   # γ enters no init quantity: one theory per (network, target, basis, parametrization), γ set per config
+        key = (id(network), id(target), basis, bool(with_gram), cfg.ode.extended_degree, cfg.ode.extended_max_modes,
+               par)
+        if key not in _shared:
+            _shared[key] = _theory(network, target, gamma, basis, with_gram, cfg.ode.extended_degree,
+                                   cfg.ode.extended_max_modes, par)
+        theory = _with_gamma(_shared[key], gamma)
     o, t = cfg.ode, cfg.training
     settings = {"t_max": t.t_max, "t_min": t.t_min, "eigenvalues": o.eigenvalues, "method": o.method,
                 "backend": o.backend, "rtol": o.rtol, "atol": o.atol, "n_points": o.n_points}
     return dataclasses.replace(theory, basis=basis, settings=settings)
+
+
+def _with_gamma(theory: KernelTheory, gamma: float) -> KernelTheory:
+    """``theory`` at richness ``gamma``, with arrays of its own (a consumer that writes into one of them does not
+    change another config's theory)."""
+    copy = {f.name: getattr(theory, f.name).copy() for f in dataclasses.fields(theory)
+            if isinstance(getattr(theory, f.name), np.ndarray)}
+    if theory.gram_parts is not None:
+        copy["gram_parts"] = {k: v.copy() for k, v in theory.gram_parts.items()}
+    return dataclasses.replace(theory, gamma=gamma, **copy)
 
 
 def _theory(net: Network, target: Any, gamma: float, basis: str, with_gram: bool, extended_degree: int,
@@ -398,11 +417,15 @@ def kernel_theory_batch(cfgs: Sequence[Any], basis: str | None = None,
                         with_gram: bool = False) -> list[KernelTheory]:
     """:func:`kernel_theory` of many configs at once, each shared piece computed once: the spectrum per ``[data]``
     table, the target per ``([data], [target])``, the network (law of ``|ŵ|²``, bias rule, means and every
-    integral) per ``([data], activation, σ_b, parametrization)``. γ enters no init quantity, so configs that
-    differ only in γ (or in training keys) cost one lookup each. Results equal :func:`kernel_theory` exactly."""
+    integral) per ``([data], activation, σ_b, parametrization)``, and the theory itself (eigenvalues, Gram matrix,
+    ``Λ_l``, ``c_l``, extended basis) per (network, target, basis, ``[ode]`` basis keys, learning rates). γ enters
+    no init quantity (theory §3: only the scale of the output and of the closures' prefactors, which the solver
+    takes from ``gamma``), so configs that differ only in γ (or in training keys) cost one lookup and a copy each.
+    Results equal :func:`kernel_theory` exactly."""
     spectra: dict[str, Spectrum] = {}
     targets: dict[tuple[str, str], Any] = {}
     nets: dict[tuple, Network] = {}
+    shared: dict[tuple, KernelTheory] = {}
     out = []
     for cfg in cfgs:
         dkey = cfg.digest(("data",))
@@ -416,7 +439,7 @@ def kernel_theory_batch(cfgs: Sequence[Any], basis: str | None = None,
         nkey = (dkey, str(n.activation), float(n.bias_std), n.parametrization)
         if nkey not in nets:
             nets[nkey] = Network.from_config(cfg, spectrum)
-        out.append(kernel_theory(cfg, basis, with_gram, network=nets[nkey], target=targets[tkey]))
+        out.append(kernel_theory(cfg, basis, with_gram, network=nets[nkey], target=targets[tkey], _shared=shared))
     return out
 
 

@@ -98,7 +98,8 @@ class Executor(Protocol):
     ``capacity``: the most tasks in flight at once; ``workers``: how many run in parallel (sizes the ODE-only groups);
     ``submit(fn, arg)`` returns a future (``concurrent.futures.Future`` or alike: ``result()``, ``exception()``);
     ``wait(futures)`` blocks until at least one is done and returns ``(done, pending)``; ``close()`` frees the
-    workers. ``fn`` and ``arg`` pickle (a module-level function and :class:`~featureode.workflow.tasks.RunTask` s)."""
+    workers. ``fn`` and ``arg`` pickle (a module-level function and :class:`~featureode.workflow.tasks.RunTask` s).
+    An executor may also have ``start()``, which the sweep calls before it plans (start the workers early)."""
 
     capacity: int
     workers: int
@@ -137,17 +138,36 @@ class _Inline:
         pass
 
 
+#: What the forkserver of :class:`_LocalPool` imports once, before it forks each worker (the modules every sweep
+#: task needs: a worker then starts without importing them again).
+PRELOAD = ["featureode.workflow.sweeps", "featureode.kernel.theory", "featureode.ode.solve"]
+
+
+def _started() -> int:
+    """A worker's answer to :meth:`_LocalPool.start` (its pid)."""
+    import os
+
+    return os.getpid()
+
+
 class _LocalPool:
     """``jobs`` local worker processes (``forkserver``: no threads or torch state inherited); a pool broken by a
-    dying worker is replaced for the next submission."""
+    dying worker is replaced for the next submission. :meth:`start` starts the workers ahead of the first task
+    (the sweep calls it before it plans, so their start overlaps the planning)."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = self.workers = jobs
         self.capacity = 2 * jobs
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["featureode.workflow.sweeps"])
+        ctx.set_forkserver_preload(PRELOAD)
         self._ctx = ctx
         self._pool: cf.ProcessPoolExecutor | None = None
+
+    def start(self) -> None:
+        """Start the worker processes now, without waiting for them."""
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(max_workers=self.jobs, mp_context=self._ctx)
+            self._pool.submit(_started)   # a pool starts its processes on the first submission
 
     def submit(self, fn: Callable, arg: Any) -> cf.Future:
         if self._pool is None:

@@ -130,7 +130,7 @@ def acquire(out: "str | Path", wait: float | None = None) -> None:
     try:
         from featureode.results.trajectory import write_text
 
-        write_text(out / PID_FILE, str(os.getpid()))
+        write_text(out / PID_FILE, str(os.getpid()), durable=False)   # a note for the refusal message only
     except OSError as exc:
         lock.release()
         raise _writable(out, exc) from None

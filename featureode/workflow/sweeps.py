@@ -51,6 +51,7 @@ from featureode.workflow.table import (  # noqa: F401  (re-exported)
     RESULT_COLUMNS,
     acceptance,
     aggregate,
+    curve_runs,
     mean_sd,
     read_curves,
     read_results,
@@ -73,6 +74,9 @@ from featureode.workflow.tasks import (
 
 #: Above this many runs a sweep asks for ``yes=True`` (``--yes``).
 MAX_RUNS_WITHOUT_YES = 10_000
+#: An ODE-only sweep rewrites its curve file at most this often while it runs (and once at the end); a run whose
+#: curves are not in the file when the sweep resumes is computed again.
+CURVES_EVERY_S = 30.0
 
 
 
@@ -165,7 +169,8 @@ def list_text(grid: Grid, runs: Sequence[tuple[Point, RunTask]], ode_only: bool,
     """What ``sweep --list`` prints: one line per point, the counts and the time estimate."""
     lines = [f"{p.index:>5}  {p.name:<40}  " + ", ".join(f"{k} = {v!r}" for k, v in p.values.items())
              for p, t in runs if t.raw["training"]["seed"] == grid.seeds[0]]
-    pending = [t for _, t in runs if stored_outcome(t) is None]
+    have = curve_runs(Path(runs[0][1].run_dir).parent.parent) if ode_only and runs else None
+    pending = [t for _, t in runs if stored_outcome(t, have) is None]
     done = len(runs) - len(pending)
     est = estimate_seconds(pending, ode_only, jobs)
     lines.append(f"{grid.size} points × {len(grid.seeds)} seeds = {grid.n_runs} runs"
@@ -190,6 +195,8 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Executor | None = None, o
     if not str(out).strip():
         raise SweepError("the output folder is empty (--out \"\"); name a folder")
     out = Path(out)
+    if executor is not None and callable(getattr(executor, "start", None)):
+        executor.start()   # the workers start while the runs are planned and checked
     tasks = plan(grid, out, ode_only, yes)
     # one writer per folder: a second sweep (with --force or not), a validate or a solve on it waits, then refuses
     with folders.locked(out):
@@ -204,8 +211,9 @@ def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], execut
     columns = list(grid.keys) + list(RESULT_COLUMNS)
     outcomes: dict[str, RunOutcome] = {}
     todo = []
+    have = curve_runs(out) if ode_only else None
     for _, task in runs:
-        found = stored_outcome(task)
+        found = stored_outcome(task, have)
         if found is not None:
             outcomes[task.name] = found
         else:
@@ -218,11 +226,12 @@ def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], execut
         else ode_groups(todo, getattr(executor, "workers", 1))
     bar = tqdm(total=len(runs), initial=reused, desc=f"sweep {grid.name}", unit="run", disable=not progress,
                dynamic_ncols=True)
-    last_write = 0.0
+    last_write = last_curves = time.time()
     failed = sum(1 for x in outcomes.values() if not x.ok)
+    kept = [n for n, o in outcomes.items() if o.reused]
 
     def record(o: RunOutcome) -> None:
-        nonlocal last_write, failed
+        nonlocal last_write, last_curves, failed
         outcomes[o.name] = o
         failed += not o.ok
         bar.update()
@@ -230,6 +239,9 @@ def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], execut
         if time.time() - last_write > 2.0:
             write_results(out, columns, result_rows(grid, runs, outcomes))
             last_write = time.time()
+        if ode_only and time.time() - last_curves > CURVES_EVERY_S:   # a killed sweep keeps most of its curves
+            write_curves(out, list(outcomes.values()), keep=kept)
+            last_curves = time.time()
 
     try:
         queue = list(groups)
@@ -266,7 +278,7 @@ def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], execut
         rows = result_rows(grid, runs, outcomes)
         write_results(out, columns, rows)
         if ode_only:
-            write_curves(out, list(outcomes.values()), keep=[n for n, o in outcomes.items() if o.reused])
+            write_curves(out, list(outcomes.values()), keep=kept)
         _write_summary(out, grid, runs, outcomes, title or f"sweep `{grid.name}`")
     return SweepResult(out, outcomes, rows, len(outcomes) - reused, reused)
 

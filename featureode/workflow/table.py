@@ -285,6 +285,23 @@ def write_curves(out: Path, outcomes: Sequence[RunOutcome], keep: Sequence[str] 
     return out / CURVES
 
 
+def curve_runs(folder: "str | Path") -> set[str]:
+    """The runs (``runs/NAME``) whose curves the ODE-only sweep in ``folder`` holds in its curve file (empty when
+    it has none, or it is unreadable: those runs are then computed again)."""
+    folder = Path(folder)
+    try:
+        if (folder / CURVES).exists():
+            import pyarrow.parquet as pq
+
+            return set(pq.read_table(folder / CURVES, columns=["run"]).column("run").unique().to_pylist())
+        if (folder / "curves.npz").exists():
+            with np.load(folder / "curves.npz", allow_pickle=False) as z:
+                return set(np.unique(z["run"]).tolist())
+    except Exception:  # noqa: BLE001 — a damaged or partial file holds no curve we can trust
+        return set()
+    return set()
+
+
 def read_curves(folder: "str | Path") -> Any:
     """The curves of an ODE-only sweep in ``folder`` as a long pandas DataFrame with columns ``run`` (``runs/RUN``,
     as in ``results.csv``), ``variant``, ``t``, ``loss`` (``L/L(0)``) and ``in_support_loss``, one row per output

@@ -15,8 +15,9 @@ from featureode.config import MLP_SECTIONS, Config, resolved_device
 from featureode.results.trajectory import TrajectoryFileError, read_json, write_json
 from featureode.workflow.grid import AUTO, probe_config
 from featureode.workflow.horizon import auto_t_max
-from featureode.workflow.runs import (STAMP, claim, finished, locked, mark_finished, read_stamp, release,
-                                      same_config)
+from featureode.core.provenance import provenance
+from featureode.workflow.runs import (STAMP, claim, finished, locked, read_stamp, release, remove_stale,
+                                      same_config, unmark_finished)
 
 #: The most networks trained together in one batch on a GPU.
 MAX_BATCH = 64
@@ -84,9 +85,10 @@ FULL_FILES = ("ode.json", "ode.npz", "mlp.json", "mlp.npz", "report.json", "repo
 ODE_FILES = ("ode.json", "ode.npz")
 
 
-def _outcome_from_files(task: RunTask, stamp: dict[str, Any]) -> RunOutcome | None:
+def _outcome_from_files(task: RunTask, stamp: dict[str, Any], stamp_only: bool = True) -> RunOutcome | None:
     """The outcome stored in a run folder stamped ``stamp``, or ``None`` when its result file is missing or damaged
-    (a full result also serves an ODE-only sweep)."""
+    (a full result also serves an ODE-only sweep). ``stamp_only=False`` refuses an ODE-only sweep's run, whose
+    outcome is in its stamp and whose curves are in the sweep's curve file (a caller that cannot check that file)."""
     folder, seed = Path(task.run_dir), int(stamp["config"]["training"]["seed"])
     t_max = float(stamp["config"]["training"]["t_max"])
     try:
@@ -101,7 +103,7 @@ def _outcome_from_files(task: RunTask, stamp: dict[str, Any]) -> RunOutcome | No
         pass
     if not task.ode_only:
         return None
-    if isinstance(stamp.get("ode"), dict) and finished(folder, stamp["digest"], ()):
+    if isinstance(stamp.get("ode"), dict) and stamp_only and finished(folder, stamp["digest"], ()):
         # an ODE-only run of a sweep: its outcome is in the stamp (its curves in the sweep's curves file)
         return RunOutcome(task.name, seed, "ok", t_max, None,
                           {n: {k: v[k] for k in ("t50", "t10", "error") if k in v} for n, v in stamp["ode"].items()},
@@ -123,13 +125,25 @@ def _read_stamp(folder: Path) -> dict[str, Any] | None:
     return stamp if stamp is not None and "digest" in stamp and "config" in stamp else None
 
 
-def stored_outcome(task: RunTask) -> RunOutcome | None:
+def stored_outcome(task: RunTask, curves: "set[str] | None" = None) -> RunOutcome | None:
     """A finished run of ``task`` found without computing anything (its folder is stamped with the same unresolved
-    point), else ``None``."""
+    point), else ``None``. ``curves``: the runs (``runs/NAME``) whose curves the sweep's curve file holds; an
+    ODE-only run whose outcome is in its stamp alone counts as finished only when its curves are there too (a sweep
+    killed before it wrote the file computes them again). ``None``: not checked."""
     stamp = _read_stamp(Path(task.run_dir))
     if stamp is None or stamp.get("point") != task.point_digest:
         return None
-    return _outcome_from_files(task, stamp)
+    found = _outcome_from_files(task, stamp)
+    if found is not None and curves is not None and _stamp_only(task, stamp) \
+            and str(Path("runs") / task.name) not in curves:
+        return None
+    return found
+
+
+def _stamp_only(task: RunTask, stamp: dict[str, Any]) -> bool:
+    """Is the run's outcome carried by its stamp alone (an ODE-only sweep's run: no ``ode.json``/``report.json``)?"""
+    return isinstance(stamp.get("ode"), dict) and not any((Path(task.run_dir) / n).exists()
+                                                          for n in ("report.json", "ode.json"))
 
 
 def _stamp(task: RunTask, cfg: Config) -> RunOutcome | None:
@@ -151,17 +165,47 @@ def _stamp(task: RunTask, cfg: Config) -> RunOutcome | None:
     return None
 
 
+def _reusable(task: RunTask, cfg: Config) -> RunOutcome | None:
+    """An ODE-only run: a finished full run (ODE + MLP) of ``cfg`` already in its folder, else ``None``. Read
+    without the folder's lock when there is no stamp of ``cfg`` (the common case: no folder yet); an ODE-only
+    outcome carried by a stamp alone is not reused here (its curves may be missing from the sweep's file: the
+    sweep checked that before handing the run out, and computing it again costs milliseconds)."""
+    folder = Path(task.run_dir)
+    if not same_config(_read_stamp(folder), cfg):
+        return None
+    with locked(folder):
+        old = _read_stamp(folder)
+        if old is None or not same_config(old, cfg):
+            return None
+        found = _outcome_from_files(task, old, stamp_only=False)
+        if found is not None and old.get("point") != task.point_digest:
+            write_json(folder / STAMP, {**old, "point": task.point_digest})
+        return found
+
+
 def _ode_outcome(task: RunTask, cfg: Config, result: Any) -> RunOutcome:
-    """The outcome of an ODE-only run from its :class:`~featureode.results.trajectory.ODEResult`: the run's folder
-    keeps its stamp alone, with the crossing times added (``"ode"``), then its completion stamp; the curves travel
-    back to the sweep in ``RunOutcome.curves`` (one columnar file per sweep instead of ``ode.json`` + ``ode.npz`` per
-    run)."""
+    """The outcome of an ODE-only run from its :class:`~featureode.results.trajectory.ODEResult`; its folder gets
+    its stamp alone, written once, after the solve, with the crossing times (``"ode"``): the stamp is then its own
+    completion stamp (no ``done.json``), written without an fsync (lost or empty after a crash, it is unreadable and
+    the run is computed again). A folder that held anything else first has the results that are not valid for
+    ``cfg`` removed (:func:`~featureode.workflow.runs.remove_stale`) and its completion stamp dropped. The curves
+    travel back to the sweep in ``RunOutcome.curves`` (one columnar file per sweep instead of ``ode.json`` +
+    ``ode.npz`` per run)."""
     folder = Path(task.run_dir)
     variants = {n: {"t50": tr.t50, "t10": tr.t10, **({"error": tr.status.error} if tr.status.error else {})}
                 for n, tr in result.variants.items()}
+    try:
+        folder.mkdir(parents=True)
+        fresh = True
+    except FileExistsError:
+        fresh = False
     with locked(folder):
-        write_json(folder / STAMP, {**(read_stamp(folder) or {}), "ode": variants})
-        mark_finished(folder, cfg, ())
+        if not fresh:
+            remove_stale(folder, cfg, read_stamp(folder))
+            unmark_finished(folder)
+        write_json(folder / STAMP, {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
+                                    "provenance": provenance(cfg.training.device), "point": task.point_digest,
+                                    "ode": variants}, indent=None, durable=False)
     curves = {n: {"t": tr.t, "loss": tr.loss, "in_support_loss": tr.in_support_loss}
               for n, tr in result.variants.items()}
     return RunOutcome(task.name, cfg.training.seed, "ok", cfg.training.t_max, None, variants, curves=curves)
@@ -183,7 +227,7 @@ def execute(group: Sequence[RunTask]) -> list[RunOutcome]:
         seed = int(task.raw["training"]["seed"])
         try:
             cfg = task.config()
-            found = _stamp(task, cfg)
+            found = _reusable(task, cfg) if task.ode_only else _stamp(task, cfg)
         except Exception as exc:  # noqa: BLE001 — recorded as the run's status
             outcomes[i] = RunOutcome(task.name, seed, _one_line(exc))
             continue
@@ -288,12 +332,44 @@ def batch_groups(cfgs: Sequence[Config], cuda: bool, max_size: int = MAX_BATCH) 
 
 
 def ode_groups(tasks: Sequence[RunTask], workers: int, max_size: int | None = None) -> list[tuple[RunTask, ...]]:
-    """ODE-only runs in consecutive groups solved together (:func:`_solve_many`): at least four groups per worker
-    (so the workers stay busy to the end) and at most ``max_size`` (default :data:`ODE_GROUP`) runs per group
-    (progress and retries stay fine-grained)."""
+    """ODE-only runs in groups solved together (:func:`_solve_many`): at least four groups per worker (so the
+    workers stay busy to the end) and at most ``max_size`` (default :data:`ODE_GROUP`) runs per group (progress and
+    retries stay fine-grained). Runs whose configs differ only in the richness γ and the seed (:func:`family_key`)
+    share their kernel theory (:func:`featureode.kernel.theory.kernel_theory_batch`), so they are kept in one
+    group: families are packed whole, in order of first appearance, and only a family larger than a group is
+    split."""
     cap = ODE_GROUP if max_size is None else max_size
     size = max(1, min(cap, math.ceil(len(tasks) / (4 * max(1, workers)))))
-    return [tuple(tasks[k:k + size]) for k in range(0, len(tasks), size)]
+    families: dict[str, list[RunTask]] = {}
+    for t in tasks:
+        families.setdefault(family_key(t), []).append(t)
+    groups: list[tuple[RunTask, ...]] = []
+    current: list[RunTask] = []
+    for members in families.values():
+        if current and len(current) + len(members) > size:
+            groups.append(tuple(current))
+            current = []
+        for k in range(0, len(members), size):
+            chunk = members[k:k + size]
+            if len(chunk) == size:
+                groups.append(tuple(chunk))
+            else:
+                current += chunk
+    if current:
+        groups.append(tuple(current))
+    return groups
+
+
+def family_key(task: Any) -> str:
+    """What a run's kernel theory depends on: its config without ``network.richness`` and ``training.seed`` (γ
+    enters no init quantity, theory §3; the seed only the simulation). Anything that is not a
+    :class:`RunTask` is its own family."""
+    raw = getattr(task, "raw", None)
+    if not isinstance(raw, dict):
+        return f"#{id(task)}"
+    rest = {sec: {k: v for k, v in vals.items() if (sec, k) not in (("network", "richness"), ("training", "seed"))}
+            for sec, vals in raw.items() if isinstance(vals, dict)}
+    return json.dumps(rest, sort_keys=True, default=str)
 
 
 def _uses_cuda(cfgs: Sequence[Config]) -> bool:
