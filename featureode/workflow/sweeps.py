@@ -4,8 +4,9 @@ A sweep is a :class:`~featureode.workflow.grid.Grid` × its seeds. Each run (poi
 ``config.json`` (the resolved config, its digest and the digest of the unresolved point), then ``report.json``
 (ODE + MLP, :func:`featureode.workflow.compare.compare_config`) or ``ode.json`` alone (``ode_only``,
 :func:`featureode.ode.solve.solve_config`). Finished runs are reused, so an interrupted or extended sweep computes only
-what is missing. An ODE-only run's folder holds its stamp alone (with the crossing times); the curves of an ODE-only sweep are in one
-columnar file, ``DIR/curves.parquet`` (:func:`read_curves`). ``DIR/results.csv`` (and ``results.parquet`` when
+what is missing. An ODE-only run's folder holds its stamp alone, written once after the solve with the crossing times
+(its own completion stamp); the curves of an ODE-only sweep are in one columnar file, ``DIR/curves.parquet``
+(:func:`read_curves`), and a run is reused only when its curves are there too. ``DIR/results.csv`` (and ``results.parquet`` when
 pyarrow is importable) has one row per
 (point, seed, variant), rewritten as runs complete; ``DIR/summary.md``/``summary.json`` hold the seed means and the
 acceptance verdicts of theory §5.
