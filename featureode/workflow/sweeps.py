@@ -7,7 +7,8 @@ written once after the solve with the crossing times (its own completion stamp);
 are in one columnar file, ``DIR/curves.parquet`` (:func:`read_curves`), and such a run is reused only when its
 curves are there too. Finished runs are reused, so an interrupted or extended sweep computes only what is missing.
 ``DIR/results.csv`` (and ``results.parquet`` when pyarrow is importable) has one row per (point, seed, variant),
-rewritten as runs complete; ``DIR/summary.md``/``summary.json`` hold the seed means and the acceptance verdicts of theory §5.
+rewritten as runs complete; ``DIR/summary.md``/``summary.json`` hold the seed means and the acceptance verdicts
+of theory §5.
 
 ``training.t_max = "auto"`` is resolved per run by :func:`auto_t_max`. Runs are executed in this process
 (``jobs = 1``), by local worker processes, or by a Dask cluster (:func:`make_executor`); a run that fails, or whose
