@@ -13,6 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import featureode
@@ -150,3 +151,12 @@ def test_slurm_job_array_route_gives_the_sweep_its_runs(tmp_path):
                                     "network": {"richness": float(k[1])}})
             lam = float(kernel_theory(cfg, basis="target").lambda_exact[0])
             assert float(r["t10"]) == pytest.approx(math.log(10) / (2 * lam), rel=1e-5)
+    # the array's runs left their curves in their folders; the collecting sweep put them in its curve file
+    from featureode.workflow.table import read_curves
+
+    order = ["run", "variant", "t"]
+    pd_got, pd_ref = read_curves(out).sort_values(order), read_curves(tmp_path / "plain").sort_values(order)
+    assert len(pd_got) == 8 * 200
+    assert (pd_got[["run", "variant"]].to_numpy() == pd_ref[["run", "variant"]].to_numpy()).all()
+    for col in ("t", "loss", "in_support_loss"):
+        assert np.array_equal(pd_got[col].to_numpy(), pd_ref[col].to_numpy()), col

@@ -217,7 +217,7 @@ def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], execut
         if found is not None:
             outcomes[task.name] = found
         else:
-            todo.append(task)
+            todo.append(dataclasses.replace(task, collect_curves=True) if ode_only else task)
     reused = len(outcomes)
     own = executor is None
     executor = executor if executor is not None else _Inline()
@@ -228,7 +228,7 @@ def _run_locked(grid: Grid, out: Path, runs: list[tuple[Point, RunTask]], execut
                dynamic_ncols=True)
     last_write = last_curves = time.time()
     failed = sum(1 for x in outcomes.values() if not x.ok)
-    kept = [n for n, o in outcomes.items() if o.reused]
+    kept = [n for n, o in outcomes.items() if o.reused and o.curves is None]
 
     def record(o: RunOutcome) -> None:
         nonlocal last_write, last_curves, failed

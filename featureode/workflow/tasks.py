@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from featureode.core.basis import BASES
 from featureode.core.errors import FeatureODEError
 from featureode.config import MLP_SECTIONS, Config, resolved_device
-from featureode.results.trajectory import TrajectoryFileError, read_json, write_json
+from featureode.results.trajectory import TrajectoryFileError, read_json, write_json, write_npz
 from featureode.workflow.grid import AUTO, probe_config
 from featureode.workflow.horizon import auto_t_max
 from featureode.core.provenance import provenance
@@ -42,6 +42,10 @@ class RunTask:
     ode_only: bool
     t_max_factor: float
     t_max_cap: float
+    #: an ODE-only run whose curves the sweep collects into its one curve file (:func:`run_sweep
+    #: <featureode.workflow.sweeps.run_sweep>` sets it); without it (a run executed on its own, e.g. by a SLURM job
+    #: array) the curves are written to the run's folder (:data:`RUN_CURVES`) for the collecting sweep to pick up
+    collect_curves: bool = False
 
     @property
     def point_digest(self) -> str:
@@ -79,6 +83,9 @@ class RunOutcome:
         return self.status == "ok"
 
 
+#: An ODE-only run executed outside a sweep keeps its curves here (``variant``, ``t``, ``loss``, ``in_support_loss``
+#: arrays, long format), until a sweep collects them into its curve file.
+RUN_CURVES = "curves.npz"
 _VARIANT_KEYS = ("t50", "t10", "t50_ratio", "t10_ratio", "log_rms", "t50_ratio_range", "t10_ratio_range", "error")
 #: Files of a finished run: a comparison, an ODE-only solve.
 FULL_FILES = ("ode.json", "ode.npz", "mlp.json", "mlp.npz", "report.json", "report.md")  # + the figures its stamp lists
@@ -136,8 +143,27 @@ def stored_outcome(task: RunTask, curves: "set[str] | None" = None) -> RunOutcom
     found = _outcome_from_files(task, stamp)
     if found is not None and curves is not None and _stamp_only(task, stamp) \
             and str(Path("runs") / task.name) not in curves:
-        return None
+        found.curves = _run_curves(Path(task.run_dir))   # computed outside the sweep (a job array), or lost
+        if found.curves is None:
+            return None
     return found
+
+
+def _run_curves(folder: Path) -> dict[str, dict[str, Any]] | None:
+    """The curves an ODE-only run executed outside a sweep left in its folder (:data:`RUN_CURVES`), per variant;
+    ``None`` when there are none or they do not load."""
+    import numpy as np
+
+    try:
+        with np.load(folder / RUN_CURVES, allow_pickle=False) as z:
+            cols = {k: z[k] for k in ("variant", "t", "loss", "in_support_loss")}
+    except (OSError, KeyError, ValueError, EOFError):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(cols["variant"].tolist()):
+        sel = cols["variant"] == name
+        out[str(name)] = {k: cols[k][sel] for k in ("t", "loss", "in_support_loss")}
+    return out
 
 
 def _stamp_only(task: RunTask, stamp: dict[str, Any]) -> bool:
@@ -199,15 +225,23 @@ def _ode_outcome(task: RunTask, cfg: Config, result: Any) -> RunOutcome:
         fresh = True
     except FileExistsError:
         fresh = False
+    curves = {n: {"t": tr.t, "loss": tr.loss, "in_support_loss": tr.in_support_loss}
+              for n, tr in result.variants.items()}
     with locked(folder):
         if not fresh:
             remove_stale(folder, cfg, read_stamp(folder))
             unmark_finished(folder)
+            (folder / RUN_CURVES).unlink(missing_ok=True)
+        if not task.collect_curves:   # no sweep collects them: they stay in the folder until one does
+            import numpy as np
+
+            write_npz(folder / RUN_CURVES, {
+                "variant": np.array([n for n, c in curves.items() for _ in c["t"]], dtype=str),
+                **{k: np.concatenate([np.asarray(c[k], dtype=float) for c in curves.values()])
+                   if curves else np.zeros(0) for k in ("t", "loss", "in_support_loss")}})
         write_json(folder / STAMP, {"digest": cfg.digest(), "config": cfg.to_dict(), "source": cfg.source,
                                     "provenance": provenance(cfg.training.device), "point": task.point_digest,
                                     "ode": variants}, indent=None, durable=False)
-    curves = {n: {"t": tr.t, "loss": tr.loss, "in_support_loss": tr.in_support_loss}
-              for n, tr in result.variants.items()}
     return RunOutcome(task.name, cfg.training.seed, "ok", cfg.training.t_max, None, variants, curves=curves)
 
 
