@@ -20,6 +20,10 @@ INTERNAL = {
                                         "escapes",
     "featureode.sim.spec.SimulationInterrupted": "an interrupt (a KeyboardInterrupt), not an error: the CLI ends "
                                                  "it with status 130 and its message, as any Ctrl-C",
+    "featureode.calculus.numeric_targets.Unsupported": "the numeric target path's hand-over to SymPy; caught by "
+                                                       "parse_target, never escapes",
+    "featureode.calculus.numeric_targets._NeedFloat": "raised and caught inside numeric_targets.decompose (switch to "
+                                                      "floating-point coefficients)",
 }
 
 

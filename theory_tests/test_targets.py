@@ -305,3 +305,87 @@ def test_unnormalised_target_outside_double_range_refused(text):
     with pytest.raises(TargetError, match="double precision"):
         parse_target(text, 4, normalize=False)
     assert parse_target(text, 4, normalize=True).coefficients == pytest.approx([1.0])
+
+
+# --- issue 19 item 2: the numeric decomposition (no SymPy) against the exact SymPy values ----------------------------
+def _sympy_reference(text: str, spectrum, normalize: bool) -> Target:
+    """The SymPy decomposition (exact arithmetic), the reference the numeric path is checked against."""
+    from featureode.calculus.targets import _parse_exact
+
+    return _parse_exact(text, spectrum, normalize)
+
+
+def _numeric_only(monkeypatch, text: str, spectrum, normalize: bool) -> Target:
+    """``parse_target`` with the SymPy path switched off: it must not be needed."""
+    import featureode.calculus.targets as targets
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"SymPy path used for {text!r}")
+    with monkeypatch.context() as m:
+        m.setattr(targets, "_parse_exact", refuse)
+        return targets.parse_target(text, spectrum, normalize)
+
+
+def _assert_equal_to_sympy(got: Target, want: Target) -> None:
+    assert got.modes == want.modes
+    np.testing.assert_allclose(got.coefficients, [float(c) for c in want.exact], rtol=1e-12, atol=0)
+    assert got.constant == pytest.approx(float(want.constant_exact), rel=1e-12, abs=0)
+
+
+NUMERIC_CASES = ["staircase(2)", "0.8*z0 + 0.6*h2(z1)", "staircase(5) + 0.3*h3(z2)", "z0^2 - 1", "(z0 + z1)^3 - z2",
+                 "h3(z0)*z0 + h2(z0)*h2(z0)", "z0*z0*z0 - 3*z0", "1/3*z1 + sqrt(2)*z0*z1 + 2**(1/2)*h4(z3)",
+                 "sqrt(0.3)*z1 + 2.5e-3*z0^2", "(1 + 1e-17)*z0 - z0 + z1", "-(z0 - 2*z1)^2/7 + 0.1",
+                 "x0^2 + staircase(3)", "x0*x1 - x2 + pi*z3", "(x0 + x1)^2 - x0^2 - x1^2"]
+
+
+@pytest.mark.parametrize("text", NUMERIC_CASES)
+@pytest.mark.parametrize("normalize", [True, False])
+def test_numeric_decomposition_equals_sympy(monkeypatch, text: str, normalize: bool) -> None:
+    """Numeric configs decompose without SymPy: same modes, coefficients and constant equal to SymPy's values to
+    1e-12 relative. The spectrum: a fresh non-rational power law (exponent 1.5001, offset 3.0001; SymPy's exact form
+    of it takes minutes, so SymPy's reference gets the same eigenvalues as numbers) and the default power law (exact
+    in SymPy: x_i = sqrt(g_i) z_i with g_i = (i+3)^(-3/2)/Σ_j (j+3)^(-3/2))."""
+    fresh = Spectrum.power_law(8, exponent=1.5001, offset=3.0001)
+    for spec, reference in ((fresh, Spectrum.from_eigenvalues(fresh.g.tolist())), (Spectrum.power_law(8), None)):
+        got = _numeric_only(monkeypatch, text, spec, normalize)
+        _assert_equal_to_sympy(got, _sympy_reference(text, reference or spec, normalize))
+
+
+def test_numeric_decomposition_exact_form_on_demand(monkeypatch) -> None:
+    """The exact SymPy coefficients are built when first read, and equal the SymPy decomposition's exactly."""
+    got = _numeric_only(monkeypatch, "staircase(3) + 0.5*h2(z3)", 6, True)
+    want = _sympy_reference("staircase(3) + 0.5*h2(z3)", 6, True)
+    assert got.exact_factory is not None
+    assert all(same(a, b) for a, b in zip(got.exact, want.exact)) and got.exact_factory is None
+    assert same(got.constant_exact, want.constant_exact)
+
+
+def test_numeric_decomposition_rotated_covariance(monkeypatch) -> None:
+    """A full covariance: the float rotation's round-off cross terms are dropped as in the SymPy path."""
+    spec = Spectrum.from_covariance([[2.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0]])
+    for text in ("x0^2 + x1^2 + x2^2", "x0*x1 + 0.5*x2^2 - x1"):
+        got = _numeric_only(monkeypatch, text, spec, False)
+        _assert_equal_to_sympy(got, _sympy_reference(text, spec, False))
+
+
+hermite_factors = st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 2))
+
+
+@given(st.dictionaries(hermite_factors, rationals, min_size=1, max_size=5), st.integers(1, 3), st.booleans(),
+       st.booleans())
+def test_numeric_decomposition_equals_sympy_random(terms: dict, power: int, stair: bool, normalize: bool) -> None:
+    """Random sums of (p/q) h_a(z0) h_b(z1) z2^c, raised to a power, plus staircase(3): the numeric path (whatever it
+    decides itself) equals SymPy's exact decomposition to 1e-12 relative, with the same modes."""
+    parts = []
+    for (a, b, c), f in terms.items():
+        factors = [f"({f.numerator}/{f.denominator})"] + [f"h{a}(z0)"] * bool(a) + [f"h{b}(z1)"] * bool(b) \
+            + [f"z2^{c}"] * bool(c)
+        parts.append("*".join(factors))
+    text = f"({' + '.join(parts)})^{power}" + (" + staircase(3)" if stair else "")
+    want = _sympy_reference(text, 4, normalize) if any(
+        m.degree for m in _sympy_reference(text, 4, False).modes) or not normalize else None
+    if want is None:
+        with pytest.raises(TargetError, match="no non-constant part"):
+            parse_target(text, 4, normalize)
+        return
+    _assert_equal_to_sympy(parse_target(text, 4, normalize), want)

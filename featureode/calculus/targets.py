@@ -16,8 +16,9 @@ from __future__ import annotations
 import ast
 import math
 import re
-from dataclasses import dataclass
-from typing import Any, Mapping
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import sympy as sp
@@ -147,24 +148,57 @@ def _check_double_range(text: str, items: list[tuple[Mode, sp.Expr]]) -> None:
 
 @dataclass(frozen=True)
 class Target:
-    """A decomposed target: modes ``α`` with coefficients ``v_α`` (float and exact), plus the constant term."""
+    """A decomposed target: modes ``α`` with coefficients ``v_α`` (float and exact), plus the constant term.
+
+    ``values``/``constant_value`` are the floats; ``exact``/``constant_exact`` the exact SymPy numbers. A target
+    parsed by :func:`parse_target` has its floats from the numeric path (:mod:`featureode.calculus.numeric_targets`,
+    no SymPy) and builds its exact form on first use of :attr:`exact` (display, LaTeX, ``featureode decompose``)."""
 
     expr: str
     dim: int
     modes: tuple[Mode, ...]
-    exact: tuple[sp.Expr, ...]
-    constant_exact: sp.Expr = sp.Integer(0)
+    exact: "tuple[sp.Expr, ...] | None" = field(default=None, compare=False, repr=False)
+    constant_exact: "sp.Expr | None" = field(default=None, compare=False, repr=False)
     normalized: bool = True
+    values: "tuple[float, ...] | None" = None
+    constant_value: "float | None" = None
+    #: builds ``(exact, constant_exact)`` on first use of :attr:`exact` (the SymPy decomposition of ``expr``)
+    exact_factory: "Callable[[], tuple[tuple[sp.Expr, ...], sp.Expr]] | None" = field(
+        default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        factory = object.__getattribute__(self, "exact_factory")
+        if factory is None:
+            if self.exact is None:
+                raise TargetError("a Target needs its coefficients: exact=(…) or values=(…) with exact_factory")
+            if self.constant_exact is None:
+                object.__setattr__(self, "constant_exact", sp.Integer(0))
+        elif self.values is None:
+            raise TargetError("a Target with an exact_factory needs its float values")
+        if self.values is None:
+            object.__setattr__(self, "values", tuple(float(c) for c in self.exact))  # type: ignore[union-attr]  # set above
+        if self.constant_value is None:
+            object.__setattr__(self, "constant_value", float(self.constant_exact) if factory is None else 0.0)  # type: ignore[arg-type]  # set above
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("exact", "constant_exact"):
+            factory = object.__getattribute__(self, "exact_factory")
+            if factory is not None:   # the SymPy form, built once on first use
+                exact, constant = factory()
+                object.__setattr__(self, "exact", exact)
+                object.__setattr__(self, "constant_exact", constant)
+                object.__setattr__(self, "exact_factory", None)
+        return object.__getattribute__(self, name)
 
     @property
     def coefficients(self) -> np.ndarray:
         """``v_α`` as floats, in the order of ``modes``."""
-        return np.array([float(c) for c in self.exact])
+        return np.array(self.values, dtype=float)
 
     @property
     def constant(self) -> float:
         """The constant term ``v_0`` (excluded from the modes when normalised)."""
-        return float(self.constant_exact)
+        return float(self.constant_value)  # type: ignore[arg-type]  # set in __post_init__
 
     @property
     def variance(self) -> float:
@@ -218,12 +252,40 @@ class Target:
 def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) -> Target:
     """Parse and decompose a target expression (see module doc) under the covariance ``spectrum``.
 
-    ``spectrum`` may be an int ``d`` (then only z-coordinates may be used). Only the coordinates the expression
-    uses become SymPy symbols (all ``d`` of them only for x-coordinates under a full covariance), so a low-order
-    target decomposes in the same time at any ``d``.
+    ``spectrum`` may be an int ``d`` (then only z-coordinates may be used). The coefficients are computed without
+    SymPy (:mod:`featureode.calculus.numeric_targets`: exact arithmetic in the square roots of rationals for
+    z-coordinates, floating point for x-coordinates), with the modes SymPy gives and values equal to the exact ones
+    to a few ulps; the exact SymPy form is built when :attr:`Target.exact` is first read. An expression the numeric
+    path does not decide (or a bad one) goes to SymPy, which gives the result or the one-line error. Only the
+    coordinates the expression uses become symbols, so a low-order target decomposes in the same time at any ``d``.
     """
     d = spectrum if isinstance(spectrum, int) else spectrum.dim
     check_target_text(text, d)
+    from featureode.calculus import numeric_targets
+
+    sqrt_g = rotation = None
+    if isinstance(spectrum, Spectrum):
+        sqrt_g, rotation = np.sqrt(spectrum.g).tolist(), spectrum.rotation
+    try:
+        items, constant = numeric_targets.decompose(text.replace("^", "**"), d, sqrt_g, rotation, normalize)
+    except Exception:  # noqa: BLE001 — whatever the numeric path does not decide, SymPy decides (or names the error)
+        return _parse_exact(text, spectrum, normalize)
+    modes = tuple(Mode(k) for k, _ in items)
+    return Target(text, d, modes, normalized=normalize, values=tuple(v for _, v in items), constant_value=constant,
+                  exact_factory=functools.partial(_exact_of, text, spectrum, normalize, modes))
+
+
+def _exact_of(text: str, spectrum: "Spectrum | int", normalize: bool, modes: tuple[Mode, ...]
+              ) -> tuple[tuple[sp.Expr, ...], sp.Expr]:
+    """The exact coefficients of ``modes`` and the exact constant of the target ``text`` (SymPy)."""
+    exact = _parse_exact(text, spectrum, normalize)
+    coeffs = dict(zip(exact.modes, exact.exact))  # type: ignore[arg-type]  # a SymPy-built target has its exact form
+    return tuple(coeffs.get(m, sp.Integer(0)) for m in modes), exact.constant_exact  # type: ignore[return-value]  # likewise
+
+
+def _parse_exact(text: str, spectrum: "Spectrum | int", normalize: bool = True) -> Target:
+    """:func:`parse_target` through SymPy (exact arithmetic; every error message of a bad target comes from here)."""
+    d = spectrum if isinstance(spectrum, int) else spectrum.dim
     ns: dict[str, Any] = {f"z{i}": _z(i) for i in {int(n) for n in re.findall(r"\bz(\d+)\b", text, re.ASCII)}}
     used_x = sorted({int(n) for n in re.findall(r"\bx(\d+)\b", text, re.ASCII)})
     if isinstance(spectrum, Spectrum):
