@@ -257,7 +257,7 @@ def _sweep_footer(res: Any) -> None:
 def cmd_plot(args: argparse.Namespace) -> int:
     """``featureode plot``: a phase diagram (heatmap over two keys, line over one) of a sweep's results."""
     from featureode.export.style import figure_format, save_figure
-    from featureode.workflow.plot import PlotError, phase_figure
+    from featureode.workflow.plot import CURVE_METRICS, PlotError, curves_figure, phase_figure
     from featureode.workflow.sweeps import read_results
 
     where = {}
@@ -269,8 +269,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
     fmt = figure_format(args.out, args.format)
     out = Path(args.out) if args.out else Path(args.dir) / "plots" / f"{args.metric}.{fmt}"
     variant = args.variant[0] if args.variant and len(args.variant) == 1 else args.variant
-    fig = phase_figure(read_results(args.dir), args.x, args.y, args.metric, variant, where or None,
-                       style=args.style)
+    if args.metric in CURVE_METRICS:   # the curves themselves, one line per run coloured by --x
+        if args.y:
+            raise PlotError(f"--metric {args.metric} draws curves against t coloured by --x; drop --y")
+        folder = Path(args.dir).parent if Path(args.dir).name == "results.csv" else Path(args.dir)
+        fig = curves_figure(folder, args.x, args.metric, variant, where or None, style=args.style)
+    else:
+        fig = phase_figure(read_results(args.dir), args.x, args.y, args.metric, variant, where or None,
+                           style=args.style)
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"wrote {save_figure(fig, out, fmt, args.style)}")
     return 0
@@ -498,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
                     '"target.expr,data.dim")')
     pl.add_argument("--y", metavar="KEY", help="second key: a heatmap")
     pl.add_argument("--metric", default="t10_ratio", help="t10_ratio (default), t50_ratio, log_rms, t50, t10, "
-                    "mlp_t50, mlp_t10, t_max")
+                    "mlp_t50, mlp_t10, t_max; or loss / in_support_loss: the curves, one line per run coloured by "
+                    "--x")
     pl.add_argument("--variant", action="append", metavar="NAME",
                     help="ODE variant to draw (repeatable: several are overlaid on one axes in a line plot, one panel "
                          "each in a heatmap; default: one panel per variant)")

@@ -116,3 +116,41 @@ def test_plot_cli_writes_a_png(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", str(tmp_path), "--x", "network.richness", "--where", "data.dim"]) == 2
     assert "--where 'data.dim' must be KEY=VALUE" in capsys.readouterr().err
+
+
+def test_curves_of_an_ode_only_sweep_read_back_from_its_curve_file(tmp_path, capsys):
+    """``featureode plot DIR --metric loss``: the curves of an ODE-only sweep (kept in its one columnar file, not in
+    the run folders), one line per run coloured by --x; each line is the run's L(t)/L(0) as solve_config computes it
+    for the run's config, and the lazy one is the closed form exp(−2λt) of the one-mode lazy flow."""
+    from featureode.kernel.theory import kernel_theory
+    from featureode.ode.solve import solve_config
+    from featureode.workflow.grid import grid_from_dict
+    from featureode.workflow.plot import curves_figure
+    from featureode.workflow.sweeps import plan, run_sweep
+
+    grid = grid_from_dict({"set": {"data.dim": 4, "training.t_max": 20.0, "ode.variants": ["lazy", "displacement"],
+                                   "ode.basis": "target", "ode.n_points": 30, "target.expr": "z0"},
+                           "grid": {"network.richness": [0.05, 0.5, 1.0]}, "sweep": {"seeds": [0]}})
+    assert not run_sweep(grid, tmp_path, ode_only=True, progress=False).failed
+    assert not list(tmp_path.glob("runs/*/ode.json"))                # the curves live in the sweep's file alone
+    fig = curves_figure(tmp_path, "network.richness")
+    panels = {a.get_title(): a for a in fig.axes if a.get_title()}
+    assert set(panels) == {"lazy", "displacement"}
+    for name, ax in panels.items():
+        (lines,) = [c for c in ax.collections if isinstance(c, LineCollection)]
+        segments = lines.get_segments()
+        assert len(segments) == 3
+        for (_, task), seg in zip(plan(grid, tmp_path, ode_only=True), segments):
+            tr = solve_config(task.config()).variants[name]
+            keep = (tr.t > 0) & (tr.loss > 0)
+            np.testing.assert_array_equal(seg[:, 0], tr.t[keep])
+            np.testing.assert_array_equal(seg[:, 1], tr.loss[keep])
+            if name == "lazy":
+                lam = kernel_theory(task.config()).lambda_exact[0]
+                np.testing.assert_allclose(seg[:, 1], np.exp(-2 * lam * seg[:, 0]), rtol=1e-6)
+        assert len({tuple(c) for c in lines.get_colors()}) == 3            # one colour per γ
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(tmp_path), "--x", "network.richness", "--metric", "loss", "--out", str(out)]) == 0
+    assert out.stat().st_size > 0 and "wrote" in capsys.readouterr().out
+    assert main(["plot", str(tmp_path), "--x", "network.richness", "--y", "data.dim", "--metric", "loss"]) == 2
+    assert "drop --y" in capsys.readouterr().err

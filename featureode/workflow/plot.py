@@ -1,4 +1,5 @@
-"""Phase diagrams of a sweep (``featureode plot``, theory §7), from the rows of ``results.csv``.
+"""Phase diagrams of a sweep (``featureode plot``, theory §7), from the rows of ``results.csv``, and its curves
+(:func:`curves_figure`, ``--metric loss``: one line per run, from an ODE-only sweep's curve file or the runs' files).
 
 Over two keys a heatmap of the seed mean of a metric, one cell per (x, y), annotated; a ratio metric (ODE/MLP) uses a
 diverging colour map centred on 1 on a log scale symmetric about 1, and the contour of the region within ±10% of 1
@@ -291,6 +292,87 @@ def _line(ax: Any, st: dict, xs: list[tuple], xlabels: list[str], ratio: bool, c
         ax.axhline(1.0, color="k", lw=0.8)
         ax.axhspan(0.9, 1.1, color="0.5", alpha=0.15, lw=0, label="±10%")
         ax.legend(fontsize=8)
+
+
+#: Curves ``plot`` can draw from a sweep's curves (:func:`featureode.workflow.table.load_sweep`): ``L(t)/L(0)`` and
+#: the in-support loss, one line per run.
+CURVE_METRICS = {"loss": "ratio", "in_support_loss": "in_support_loss"}
+
+
+def curves_figure(out: "str | Path", x: str, quantity: str = "loss", variant: "str | Sequence[str] | None" = None,
+                  where: dict[str, Any] | None = None, *, figsize: tuple[float, float] | None = None,
+                  style: "str | Mapping[str, Any] | None" = None) -> Figure:
+    """The curves of the sweep in ``out`` (``featureode plot DIR --metric loss --x KEY``): ``quantity`` (``"loss"``,
+    ``L(t)/L(0)``, or ``"in_support_loss"``) against ``t``, one line per run, coloured by its value of the varied
+    key ``x``; one panel per ODE variant (and one for the MLP of a trained sweep). Read through
+    :func:`~featureode.workflow.table.load_sweep`: an ODE-only sweep's one curve file or each run's result files.
+    ``where``: keep the runs with these key values; ``variant``: the panels to draw (default every one)."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+
+    from featureode.workflow.table import load_sweep
+
+    if quantity not in CURVE_METRICS:
+        raise PlotError(f"unknown curve {quantity!r}" + suggest(quantity, list(CURVE_METRICS)))
+    frame = load_sweep(out, quantities=[CURVE_METRICS[quantity]])
+    columns = list(frame.columns)
+    xk = _keys(x, [c for c in columns if c not in ("kind", "name", "t", "quantity", "component", "value")])
+    for k, v in (where or {}).items():
+        if k not in columns:
+            raise PlotError(f"--where {k!r} is not a varied key of this sweep" + suggest(k, columns))
+        frame = frame[[_same(a, v) for a in frame[k]]]
+    names = list(dict.fromkeys(frame["name"]))
+    chosen = _variants(variant)
+    if chosen is not None:
+        for name in chosen:
+            if name not in names:
+                raise PlotError(f"unknown variant {name!r}" + suggest(name, names))
+        names = chosen
+    if frame.empty or not names:
+        raise PlotError(f"no curve to draw in {out}" + (" for --where " + ", ".join(
+            f"{k}={v}" for k, v in where.items()) if where else "; run the sweep first"))
+    values = _order([tuple(v) for v in frame[list(xk)].itertuples(index=False)])
+    numeric = len(xk) == 1 and all(isinstance(v[0], (int, float)) for v in values)
+    if numeric:
+        lo, hi = float(values[0][0]), float(values[-1][0])
+        norm: Normalize = LogNorm(lo, hi) if lo > 0 and hi / lo > 20 else Normalize(lo, hi if hi > lo else lo + 1)
+        colour_of = {v: norm(float(v[0])) for v in values}
+    else:
+        norm = Normalize(0, max(1, len(values) - 1))
+        colour_of = {v: norm(k) for k, v in enumerate(values)}
+    cmap = colormaps["viridis"]
+    n = len(names)
+    ncol = min(n, 3)
+    nrow = math.ceil(n / ncol)
+    with styled(style) as st:
+        size = figsize or st.size((4.6 * ncol + 1.0, 3.6 * nrow + 0.4), aspect=(3.6 * nrow + 0.4) / (4.6 * ncol + 1))
+        fig = new_figure(size, layout="constrained")
+        axes = list(fig.subplots(nrow, ncol, squeeze=False, sharex=True, sharey=True).ravel())
+        for a in axes[n:]:
+            a.set_visible(False)
+        for a, name in zip(axes, names):
+            part = frame[frame["name"] == name]
+            segments, colours = [], []
+            for _, curve in part.groupby(["run", "kind"], sort=False):
+                curve = curve[(curve["t"] > 0) & (curve["value"] > 0)]
+                if len(curve) < 2:
+                    continue
+                segments.append(np.column_stack([curve["t"].to_numpy(float), curve["value"].to_numpy(float)]))
+                colours.append(cmap(colour_of[tuple(curve[list(xk)].iloc[0])]))
+            if segments:
+                a.add_collection(LineCollection(segments, colors=colours, linewidths=1.0, alpha=0.8))
+                a.set_xscale("log")
+                a.set_yscale("log")
+                a.autoscale()
+            a.set_title(name)
+            a.set(xlabel=label("t"), ylabel=label("loss") if quantity == "loss" else "in-support loss")
+        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes[:n], label=label(x))
+        if not numeric:
+            bar.set_ticks(range(len(values)), labels=[_label(v) for v in values])
+        fixed_text = ", ".join(f"{label(k)} = {v}" for k, v in (where or {}).items())
+        fig.suptitle(f"{'loss' if quantity == 'loss' else 'in-support loss'} curves, one per run"
+                     + (f", {fixed_text}" if fixed_text else ""))
+    return fig
 
 
 def natural_plots(out: "str | Path", grid: Grid, ode_only: bool = False, limit: int = 12, fmt: str = "png",
