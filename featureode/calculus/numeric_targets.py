@@ -234,8 +234,8 @@ def linearization_squares(m: int, n: int) -> tuple[tuple[int, Fraction], ...]:
 class _Algebra:
     """Polynomials ``{mode key: coefficient}`` over one kind of coefficient (:class:`Surd` or :class:`Approx`)."""
 
-    def __init__(self, kind: type) -> None:
-        self.kind = kind
+    def __init__(self, kind: Any) -> None:
+        self.kind: Any = kind
         self._sqrt: dict[Fraction, Coefficient] = {}
 
     def const(self, c: Coefficient) -> dict[Key, Coefficient]:
@@ -296,7 +296,7 @@ class _Algebra:
         return out
 
 
-def _constant(poly: dict[Key, Coefficient], kind: type) -> Coefficient | None:
+def _constant(poly: dict[Key, Coefficient], kind: Any) -> Coefficient | None:
     """The value of a polynomial that is a constant (every non-constant coefficient zero), else ``None``."""
     if any(k and not c.is_zero() for k, c in poly.items()):
         return None
@@ -309,8 +309,9 @@ def _constant(poly: dict[Key, Coefficient], kind: type) -> Coefficient | None:
 class _Evaluator:
     """Evaluates the :mod:`ast` of a checked target text into a Hermite-basis polynomial."""
 
-    def __init__(self, text: str, dim: int, kind: type, sqrt_g: Sequence[float] | None, rotation: Any) -> None:
-        self.text, self.dim, self.kind = text, dim, kind
+    def __init__(self, text: str, dim: int, kind: Any, sqrt_g: Sequence[float] | None, rotation: Any) -> None:
+        self.text, self.dim = text, dim
+        self.kind: Any = kind
         self.alg = _Algebra(kind)
         self.sqrt_g, self.rotation = sqrt_g, rotation
 
@@ -442,14 +443,14 @@ def decompose(text: str, dim: int, sqrt_g: Sequence[float] | None = None, rotati
 
     tree = ast.parse(text, mode="eval")
 
-    def evaluate(kind: type) -> dict[Key, Coefficient]:
+    def evaluate(kind: Any) -> dict[Key, Coefficient]:
         try:
             return _Evaluator(text, dim, kind, sqrt_g, rotation).eval(tree)
         except (OverflowError, ZeroDivisionError, RecursionError, MemoryError) as exc:
             raise Unsupported(type(exc).__name__) from None
 
     try:
-        kind: type = Surd
+        kind: Any = Surd
         poly = evaluate(Surd)
     except _NeedFloat:
         kind = Approx

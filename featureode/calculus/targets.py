@@ -157,8 +157,8 @@ class Target:
     expr: str
     dim: int
     modes: tuple[Mode, ...]
-    exact: "tuple[sp.Expr, ...] | None" = field(default=None, compare=False, repr=False)
-    constant_exact: "sp.Expr | None" = field(default=None, compare=False, repr=False)
+    exact: "tuple[sp.Expr, ...]" = field(default=None, compare=False, repr=False)  # type: ignore[arg-type]  # None until built by exact_factory (on first read) or given
+    constant_exact: "sp.Expr" = field(default=None, compare=False, repr=False)  # likewise: None until built
     normalized: bool = True
     values: "tuple[float, ...] | None" = None
     constant_value: "float | None" = None
@@ -176,9 +176,9 @@ class Target:
         elif self.values is None:
             raise TargetError("a Target with an exact_factory needs its float values")
         if self.values is None:
-            object.__setattr__(self, "values", tuple(float(c) for c in self.exact))  # type: ignore[union-attr]  # set above
+            object.__setattr__(self, "values", tuple(float(c) for c in self.exact))
         if self.constant_value is None:
-            object.__setattr__(self, "constant_value", float(self.constant_exact) if factory is None else 0.0)  # type: ignore[arg-type]  # set above
+            object.__setattr__(self, "constant_value", float(self.constant_exact) if factory is None else 0.0)
 
     def __getattribute__(self, name: str) -> Any:
         if name in ("exact", "constant_exact"):
@@ -279,8 +279,8 @@ def _exact_of(text: str, spectrum: "Spectrum | int", normalize: bool, modes: tup
               ) -> tuple[tuple[sp.Expr, ...], sp.Expr]:
     """The exact coefficients of ``modes`` and the exact constant of the target ``text`` (SymPy)."""
     exact = _parse_exact(text, spectrum, normalize)
-    coeffs = dict(zip(exact.modes, exact.exact))  # type: ignore[arg-type]  # a SymPy-built target has its exact form
-    return tuple(coeffs.get(m, sp.Integer(0)) for m in modes), exact.constant_exact  # type: ignore[return-value]  # likewise
+    coeffs = dict(zip(exact.modes, exact.exact))
+    return tuple(coeffs.get(m, sp.Integer(0)) for m in modes), exact.constant_exact
 
 
 def _parse_exact(text: str, spectrum: "Spectrum | int", normalize: bool = True) -> Target:

@@ -195,8 +195,9 @@ def run_sweep(grid: Grid, out: "str | Path", executor: Executor | None = None, o
     if not str(out).strip():
         raise SweepError("the output folder is empty (--out \"\"); name a folder")
     out = Path(out)
-    if executor is not None and callable(getattr(executor, "start", None)):
-        executor.start()   # the workers start while the runs are planned and checked
+    start = getattr(executor, "start", None)   # optional (see Executor)
+    if callable(start):
+        start()   # the workers start while the runs are planned and checked
     tasks = plan(grid, out, ode_only, yes)
     # one writer per folder: a second sweep (with --force or not), a validate or a solve on it waits, then refuses
     with folders.locked(out):
