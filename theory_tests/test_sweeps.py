@@ -395,6 +395,20 @@ def test_ode_only_runs_solved_in_batches_equal_runs_solved_alone(tmp_path, monke
             got = curves[(curves.run == f"runs/{task.name}") & (curves.variant == name)]
             assert np.array_equal(got.loss.to_numpy(), tr.loss) and np.array_equal(got.t.to_numpy(), tr.t)
             assert res.outcomes[task.name].variants[name]["t10"] == tr.t10
+    # a folder holding another config's solve (ode.json + ode.npz and their stamp): computed again, the stale ODE
+    # files removed, so load_sweep reads each curve once (from the curve file)
+    task = sweeps.plan(grid, tmp_path / "batched", ode_only=True)[0][1]
+    folder = Path(task.run_dir)
+    other = task.config().replace(network={"richness": 0.3})
+    solve_config(other, out_dir=folder)
+    (folder / "config.json").write_text(json.dumps({"digest": other.digest(), "config": other.to_dict()}))
+    res = run_sweep(grid, tmp_path / "batched", ode_only=True, progress=False)
+    assert (res.computed, res.reused) == (1, 7)
+    assert {f.name for f in folder.iterdir() if not f.name.startswith(".")} == {"config.json"}
+    from featureode.workflow.table import load_sweep
+
+    frame = load_sweep(tmp_path / "batched")
+    assert len(frame[(frame.run == f"runs/{task.name}") & (frame.quantity == "ratio")]) == 2 * 200
     seen = []
 
     def broken(cfgs, **kw):

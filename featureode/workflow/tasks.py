@@ -213,8 +213,9 @@ def _ode_outcome(task: RunTask, cfg: Config, result: Any) -> RunOutcome:
     """The outcome of an ODE-only run from its :class:`~featureode.results.trajectory.ODEResult`; its folder gets
     its stamp alone, written once, after the solve, with the crossing times (``"ode"``): the stamp is then its own
     completion stamp (no ``done.json``), written without an fsync (lost or empty after a crash, it is unreadable and
-    the run is computed again). A folder that held anything else first has the results that are not valid for
-    ``cfg`` removed (:func:`~featureode.workflow.runs.remove_stale`) and its completion stamp dropped. The curves
+    the run is computed again). A folder that held anything else first has its ODE and report files and its
+    completion stamp removed, and its simulation too unless it is of ``cfg``'s network
+    (:func:`~featureode.workflow.runs.remove_stale`). The curves
     travel back to the sweep in ``RunOutcome.curves`` (one columnar file per sweep instead of ``ode.json`` +
     ``ode.npz`` per run)."""
     folder = Path(task.run_dir)
@@ -228,8 +229,8 @@ def _ode_outcome(task: RunTask, cfg: Config, result: Any) -> RunOutcome:
     curves = {n: {"t": tr.t, "loss": tr.loss, "in_support_loss": tr.in_support_loss}
               for n, tr in result.variants.items()}
     with locked(folder):
-        if not fresh:
-            remove_stale(folder, cfg, read_stamp(folder))
+        if not fresh:   # this solve supersedes every ODE and report file there; a simulation of cfg's network stays
+            remove_stale(folder, cfg, None)
             unmark_finished(folder)
             (folder / RUN_CURVES).unlink(missing_ok=True)
         if not task.collect_curves:   # no sweep collects them: they stay in the folder until one does
