@@ -119,7 +119,7 @@ def bench_cold() -> dict:
             if variants:
                 cfg = Path(tmp) / "one.toml"
                 cfg.write_text(f'[ode]\nvariants = ["{variants}"]\n')
-                cmd.insert(3, str(cfg))
+                cmd.insert(4, str(cfg))   # featureode solve CONFIG --out …
             wall, before, err = run_wall(cmd, env)
             out[label] = (wall, before, [line for line in err.splitlines() if "compiling" in line])
     return out
