@@ -46,6 +46,7 @@ Layout of the kernel package: :mod:`~featureode.kernel.perneuron` (the per-neuro
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import numbers
 import time
@@ -427,12 +428,15 @@ def kernel_theory_batch(cfgs: Sequence[Any], basis: str | None = None,
     nets: dict[tuple, Network] = {}
     shared: dict[tuple, KernelTheory] = {}
     out = []
+    def key(section: Any) -> str:   # a section's identity (what Config.digest hashes of it), without a hash
+        return json.dumps(dataclasses.asdict(section), sort_keys=True, default=str)
+
     for cfg in cfgs:
-        dkey = cfg.digest(("data",))
+        dkey = key(cfg.data)
         if dkey not in spectra:
             spectra[dkey] = cfg.spectrum()
         spectrum = spectra[dkey]
-        tkey = (dkey, cfg.digest(("target",)))
+        tkey = (dkey, key(cfg.target))
         if tkey not in targets:
             targets[tkey] = cfg.target_obj(spectrum)
         n = cfg.network
