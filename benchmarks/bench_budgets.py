@@ -13,7 +13,9 @@
 3. the CLI sweep: ``featureode sweep benchmarks/grids/sweep1000.toml --ode-only --jobs 2`` (1000 configs: 10 γ × 10 d
    × 10 exponents, target basis, lazy + displacement), end to end in a fresh process, wall (budget 10 s), with the
    numba code compiled beforehand (a first sweep of 64 of the grid's configs in one process compiles it; its wall
-   is recorded), and the result checked: 2000 rows, every one ``ok``, and the curve file holding 2000 curves.
+   is recorded), and the result checked: 2000 rows, every one ``ok``, and the curve file holding 2000 curves; then
+   the same sweep in one process (``--jobs 1``), wall and CPU time: the CPU time does not depend on what else the
+   machine runs, the 2-job wall does.
 
 Every figure is recorded with ``os.getloadavg()`` before it: on a shared machine the wall times exceed the CPU times
 by the time spent waiting for a core.
@@ -158,6 +160,17 @@ def bench_sweep() -> dict:
                                                         f"({(table.status == 'ok').sum()} ok)",
                                                         f"{n_curves} curves in curves.parquet"])
         shutil.rmtree(Path(tmp) / "sweep", ignore_errors=True)
+        # the same sweep in one process: its CPU time (user + sys of this child) is what the sweep costs whatever
+        # else the machine runs; on two free cores the 2-job wall is about half of it plus the workers' start
+        import resource
+
+        cmd = [sys.executable, "-m", "featureode", "sweep", str(grid), "--ode-only", "--jobs", "1", "--quiet",
+               "--out", str(Path(tmp) / "inline")]
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall, before, err = run_wall(cmd, ENV)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime - usage.ru_utime + after.ru_stime - usage.ru_stime
+        out["1000 configs, --jobs 1 (one process)"] = (wall, before, [f"CPU {cpu:.2f} s (user + sys)"])
     return out
 
 
