@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from itertools import chain
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -72,10 +73,11 @@ def _moment(ks: tuple[int, ...], kappa, memo: dict, one):
     if ks in memo:
         return memo[ks]
     first, rest = ks[0], ks[1:]
+    pick = rest.__getitem__
     total = None
     for chosen, left in _splits(len(rest)):
-        kB = kappa((first,) + tuple(rest[k] for k in chosen))   # a subsequence of a sorted tuple is sorted
-        term = kB * _moment(tuple(rest[k] for k in left), kappa, memo, one) if left else kB
+        kB = kappa((first, *map(pick, chosen)))   # a subsequence of a sorted tuple is sorted
+        term = kB * _moment(tuple(map(pick, left)), kappa, memo, one) if left else kB
         total = term if total is None else total + term
     memo[ks] = total
     return total
@@ -88,23 +90,29 @@ class _TiltedLaws:
 
     def __init__(self, law: QLaw):
         self.law = law
-        self._sums: dict[tuple[int, int], np.ndarray] = {}
+        self._sums: dict[tuple[int, int], tuple[int, int, np.ndarray]] = {}   # (e, n) -> rows lo, hi, sums
         self._cache: dict[tuple[Gamma, tuple[int, ...], int], tuple[float, np.ndarray, np.ndarray]] = {}
         self._k0: dict = {}
         self._gpow: dict = {}    # e -> (Σ_i g_i^e, g^e)
         self._exact: dict = {}   # γ -> the memo of its moments Σ_π Π_B κ_B(0) (shared by every K)
 
     def _contour_sum(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
-        """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on the contour of rows ``lo:hi`` (whole grid cached)."""
-        key = (e, n)
-        val = self._sums.get(key)
-        if val is None:
-            law = self.law
-            val = np.zeros(law.z.shape, dtype=complex)
-            for gi in law.g:
-                val += gi**e / (1 + 2 * gi * law.z) ** n
-            self._sums[key] = val
-        return val[lo:hi]
+        """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on the contour of rows ``lo:hi`` (kept on the widest range asked, which
+        grows by the missing rows only)."""
+        have = self._sums.get((e, n))
+        if have is None or not (have[0] <= lo and hi <= have[1]):
+            L, H = (lo, hi) if have is None else (min(lo, have[0]), max(hi, have[1]))
+            parts = [self._sum_rows(e, n, L, have[0]), have[2], self._sum_rows(e, n, have[1], H)] if have else \
+                [self._sum_rows(e, n, L, H)]
+            have = self._sums[(e, n)] = (L, H, np.concatenate(parts))
+        return have[2][lo - have[0]: hi - have[0]]
+
+    def _sum_rows(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
+        z = self.law.z[lo:hi]
+        val = np.zeros(z.shape, dtype=complex)
+        for gi in self.law.g:
+            val += gi**e / (1 + 2 * gi * z) ** n
+        return val
 
     def _cumulant(self, gamma: Gamma, block: Sequence[int], lo: int, hi: int) -> np.ndarray:
         n = len(block)
@@ -116,11 +124,11 @@ class _TiltedLaws:
         return math.factorial(n - 1) * 2 ** (n - 1) * val
 
     def _kappa0(self, gamma: Gamma, block: tuple[int, ...]) -> float:
-        key = (gamma, block)
+        n = len(block)
+        e = n + sum(block)
+        key = (gamma, n, e)   # κ_B depends on |B| and Σ_{j∈B} k_j only
         val = self._k0.get(key)
         if val is None:
-            n = len(block)
-            e = n + sum(block)
             pw = self._gpow.get(e)
             if pw is None:
                 arr = self.law.g**e
@@ -165,18 +173,19 @@ class _TiltedLaws:
             return out
         L, H = min(t[2] for t in todo), max(t[3] for t in todo)
         terms = law._product(gamma, L, H)
-        arrays: dict[tuple[int, ...], np.ndarray] = {}
+        arrays: dict[tuple[int, int], np.ndarray] = {}
 
         def cumulant(B: tuple[int, ...]) -> np.ndarray:
-            arr = arrays.get(B)
+            key = (len(B), sum(B))   # κ_B depends on |B| and Σ_{j∈B} k_j only
+            arr = arrays.get(key)
             if arr is None:
-                arr = arrays[B] = self._cumulant(gamma, B, L, H)
+                arr = arrays[key] = self._cumulant(gamma, B, L, H)
             return arr
 
         memo: dict = {}
         mass = math.prod(math.prod(range(2 * n - 1, 0, -2)) * g[i] ** n for i, n in gamma)
         for n, ks, lo, hi, factor0, mean, second in todo:
-            poly = _moment(ks, cumulant, memo, np.ones(terms.shape, dtype=complex))
+            poly = _moment(ks, cumulant, memo, None)   # K is not empty: the moment is a polynomial in the κ_B
             with np.errstate(all="ignore"):
                 dens = np.einsum("rc,rc->r", terms[lo - L: hi - L], poly[lo - L: hi - L]).real / factor0
             dens = np.where(np.isfinite(dens), dens, 0.0)
@@ -320,43 +329,49 @@ class Averager:
         return np.where(np.isfinite(vals), vals, 0.0)
 
     @staticmethod
-    def _decode(codes: list[int]) -> tuple[list[tuple[Gamma, tuple[int, ...]]], list[dict[tuple[int, ...], int]],
-                                           np.ndarray, np.ndarray, list[tuple[int, ...]]]:
-        """The averages behind ``codes``: the groups ``(γ, K)`` (a law of ``|ŵ|²``), per group its multisets ``J``
-        of m orders (with their index into the list of every ``J``), per code its group and ``J`` index, and that
-        list."""
+    def _decode(codes: list[int]) -> tuple[list[tuple[Gamma, tuple[int, ...]]], list[tuple[int, ...]], np.ndarray,
+                                           np.ndarray]:
+        """The averages behind ``codes``: the groups ``(γ, K)`` (one law of ``|ŵ|²`` each), the multisets ``J`` of m
+        orders (one ``E_b[Π m_j]`` each), and per code the index of its group and of its ``J``."""
         slots = slot_kinds() + [("P", -1)]                       # a last field that is 0: never an empty selection
         table = np.zeros((len(codes), len(slots)), dtype=np.uint16)
         table[:, :-1] = fields(codes)
         on_law = [n for n, (kind, _) in enumerate(slots) if kind != "m"]
         on_b = [n for n, (kind, _) in enumerate(slots) if kind == "m"] + [len(slots) - 1]
 
-        def unique_rows(cols: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        def unique_rows(cols: list[int]) -> tuple[list[list[int]], np.ndarray]:
             block = np.ascontiguousarray(table[:, cols])
             _, first, inverse = np.unique(block.view(np.dtype((np.void, 2 * len(cols)))).ravel(), return_index=True,
                                           return_inverse=True)
-            return block[first], inverse.ravel()
+            return block[first].tolist(), inverse.ravel()
 
         def multiset(row: list[int], cols: list[int], kind: str) -> tuple[int, ...]:
             return tuple(sorted(v for n, c in zip(cols, row) if c and slots[n][0] == kind for v in [slots[n][1]] * c))
 
         law_rows, key_group = unique_rows(on_law)
         b_rows, key_ms = unique_rows(on_b)
-        groups = []
-        for row in law_rows.tolist():
-            gamma = tuple(sorted((slots[n][1], c // 2) for n, c in zip(on_law, row) if c and slots[n][0] == "w"))
-            groups.append((gamma, multiset(row, on_law, "P")))
-        ms_list = [multiset(row, on_b, "m") for row in b_rows.tolist()]
-        members: list[dict[tuple[int, ...], int]] = [{} for _ in groups]
-        for pair in np.unique(key_group * len(ms_list) + key_ms).tolist():
-            gid, n = divmod(pair, len(ms_list))
-            members[gid][ms_list[n]] = n
-        return groups, members, key_group, key_ms, ms_list
+        groups = [(tuple(sorted((slots[n][1], c // 2) for n, c in zip(on_law, row) if c and slots[n][0] == "w")),
+                   multiset(row, on_law, "P")) for row in law_rows]
+        return groups, [multiset(row, on_b, "m") for row in b_rows], key_group, key_ms
 
     def evaluate(self) -> np.ndarray:
         """Every recorded average, in the order of their handles (the record is then cleared)."""
-        codes = list(dict.fromkeys(code for acc in self._requests for code in acc))
-        groups, members, key_group, key_ms, ms_list = self._decode(codes)
+        reqs, self._requests = self._requests, []
+        entries = list(chain.from_iterable(reqs))                 # the codes of every request, request by request
+        coef = np.fromiter(chain.from_iterable(acc.values() for acc in reqs), dtype=float, count=len(entries))
+        req = np.repeat(np.arange(len(reqs)), [len(acc) for acc in reqs])
+        codes = list(dict.fromkeys(entries))
+        index = dict(zip(codes, range(len(codes))))
+        entry = np.fromiter(map(index.__getitem__, entries), dtype=np.intp, count=len(entries))
+        groups, ms_list, key_group, key_ms = self._decode(codes)
+        # per group the largest singular power of its E_b[Π m_j] (the law is discretised for the most singular)
+        sing = np.array([self.singular_power(ms) for ms in ms_list], dtype=np.intp)
+        e_group = np.zeros(len(groups), dtype=np.intp)
+        np.maximum.at(e_group, key_group, sing[key_ms])
+
+        def members(gid: int) -> list[int]:
+            return np.unique(key_ms[key_group == gid]).tolist()
+
         measures = {}
         by_gamma: dict[Gamma, list[int]] = defaultdict(list)
         for gid, (gamma, _) in enumerate(groups):
@@ -365,48 +380,38 @@ class Averager:
             tilted = []
             for gid in sorted(by_gamma[gamma], key=lambda n: len(groups[n][1])):
                 ks = groups[gid][1]
-                ems = [self.singular_power(ms) for ms in members[gid]]
-                e = max(ems, default=0)
-                if e:
-                    shape = self.net.dim / 2 + sum(n for _, n in gamma) + len(ks)
-                    if shape - e / 2 <= 0:
-                        for ms, em in zip(members[gid], ems):
-                            self._check(gamma, ks, ms, em)
+                e = int(e_group[gid])
+                if e and self.net.dim / 2 + sum(n for _, n in gamma) + len(ks) - e / 2 <= 0:
+                    for n in members(gid):
+                        self._check(gamma, ks, ms_list[n], int(sing[n]))
                 if len(ks) <= 1 and all(k == 1 for k in ks):
                     meas = self.law.measure(gamma, bool(ks), e)
-                    measures[gid] = (meas.mass, meas.w, meas.rows, meas.Q, e)
+                    measures[gid] = (meas.mass, meas.w, meas.rows, meas.Q)
                 else:
-                    tilted.append((gid, ks, sum(n for _, n in gamma) + len(ks) - e / 2, e))
+                    tilted.append((gid, ks, sum(n for _, n in gamma) + len(ks) - e / 2))
             if tilted:
-                laws = self.tilted.measures(gamma, [(ks, power) for _, ks, power, _ in tilted])
-                for (gid, _, _, e), (mass, w, rows) in zip(tilted, laws):
-                    measures[gid] = (mass, w, rows, None, e)  # type: ignore[assignment]  # no Q on a tilted law
-        # every measure on the grid as a row of W (points of negligible weight against the bound Q^{-e/2} dropped),
-        # every E_b[Π m_j] as a row of F: the average of (γ, K, J) is mass_{γK} (W F^T)_{γK, J}
-        rows_all = [m[2] for m in measures.values() if m[2] is not None and m[2].size]
-        lo = min((int(r.min()) for r in rows_all), default=0)
-        hi = max((int(r.max()) + 1 for r in rows_all), default=0)
+                laws = self.tilted.measures(gamma, [(ks, power) for _, ks, power in tilted])
+                for (gid, _, _), (mass, w, rows) in zip(tilted, laws):
+                    measures[gid] = (mass, w, rows, None)  # type: ignore[assignment]  # no Q on a tilted law
+        # every measure on the grid as a row of W (points where the weight times the bound Q^{-e/2} of the
+        # integrand is below 1e-20 of its largest are dropped), every E_b[Π m_j] as a row of F: the average of
+        # (γ, K, J) is mass_{γK} (W F^T)_{γK, J}
+        on_grid = [gid for gid, m in measures.items() if m[2] is not None]
+        rows = np.concatenate([measures[gid][2] for gid in on_grid] or [np.zeros(0, dtype=np.intp)])
+        lo, hi = (int(rows.min()), int(rows.max()) + 1) if rows.size else (0, 0)
+        which = np.repeat(on_grid, [measures[gid][2].size for gid in on_grid]).astype(np.intp)
+        w = np.concatenate([measures[gid][1] for gid in on_grid] or [np.zeros(0)])
+        e = e_group[which]
+        bound = np.where(e > 0, np.abs(w) * self.law.Q[rows] ** (-e / 2), np.abs(w))
+        top = np.zeros(len(groups))
+        np.maximum.at(top, which, bound)
+        keep = bound > 1e-20 * top[which]
         W = np.zeros((len(groups), hi - lo))
-        mass = np.zeros(len(groups))
-        off_grid = []
-        for gid, (ms_mass, w, rows, Qg, e) in measures.items():
-            if rows is None:
-                off_grid.append(gid)
-            elif rows.size:
-                bound = np.abs(w) * self.law.Q[rows] ** (-e / 2) if e else np.abs(w)
-                keep = bound > 1e-20 * bound.max()
-                W[gid, rows[keep] - lo] = w[keep]
-                mass[gid] = ms_mass
-        F = self.table.products(ms_list, np.arange(lo, hi))
-        vals = mass[:, None] * (W @ F.T)
-        for gid in off_grid:   # a Gauss rule (the density grid could not resolve the law)
-            ms_mass, w, _, Qg, _ = measures[gid]
-            for ms, n in members[gid].items():
-                vals[gid, n] = ms_mass * float(np.sum(w * self._F_at(ms, Qg)))
-        index = {code: n for n, code in enumerate(codes)}
-        req = np.concatenate([np.full(len(acc), r, dtype=np.intp) for r, acc in enumerate(self._requests)] or [[]])
-        kid = np.fromiter((index[k] for acc in self._requests for k in acc), dtype=np.intp, count=req.size)
-        coef = np.fromiter((c for acc in self._requests for c in acc.values()), dtype=float, count=req.size)
-        out = np.bincount(req, weights=coef * vals[key_group[kid], key_ms[kid]], minlength=len(self._requests))
-        self._requests = []
-        return out
+        W[which[keep], rows[keep] - lo] = w[keep]
+        mass = np.array([measures[gid][0] if measures[gid][2] is not None else 0.0 for gid in range(len(groups))])
+        vals = mass[:, None] * (W @ self.table.products(ms_list, np.arange(lo, hi)).T)
+        for gid, (ms_mass, wq, rq, Qg) in measures.items():
+            if rq is None:   # a Gauss rule (the density grid could not resolve the law)
+                for n in members(gid):
+                    vals[gid, n] = ms_mass * float(np.sum(wq * self._F_at(ms_list[n], Qg)))
+        return np.bincount(req, weights=coef * vals[key_group[entry], key_ms[entry]], minlength=len(reqs))
