@@ -197,6 +197,7 @@ class Algebra:
         self.g = np.asarray(g, dtype=float)
         self.rates = rates
         self._steps: dict[int, tuple[tuple, tuple, tuple]] = {}   # code -> _derivative_steps(code)
+        self._ops: dict[int, tuple[Vector, _LieOps]] = {}          # id(drive) -> (drive, its _LieOps)
 
     # gradients ---------------------------------------------------------------------------------------------------
     def grad(self, F: Scalar) -> Vector:
@@ -260,8 +261,32 @@ class Algebra:
 
     # the flow ----------------------------------------------------------------------------------------------------
     def lie(self, drive: Vector, F: Scalar) -> Scalar:
-        """``L F = ⟨drive, ∇F⟩_P`` (``drive = ∇φ_α``)."""
-        return self.dot(drive, self.grad(F))  # type: ignore[return-value]  # parts=False: one scalar
+        """``L F = ⟨drive, ∇F⟩_P`` (``drive = ∇φ_α``): :meth:`dot` of the drive with :meth:`grad`, fused: each
+        derivative of each term of ``F`` meets the drive's components it pairs with (:class:`_LieOps`)."""
+        ops = self._lie_ops(drive)
+        out: Scalar = {}
+        steps = self._steps
+        for (na, code), c in F.items():
+            st = steps.get(code)
+            if st is None:
+                st = steps[code] = _derivative_steps(code)
+            ms, mo, pk = st
+            if na:
+                _apply(out, na - 1, code, c * na, ops.A)
+            for n, step1, step2 in ms:
+                _apply(out, na, code + step1, c * n, ops.B)
+                _apply(out, na, code + step2, c * n, ops.radial(0))
+            for i, e, wi in mo:
+                _apply(out, na, code - wi, c * e, ops.explicit(i))
+            for k, n, pk_code in pk:
+                _apply(out, na, code - pk_code, 2 * c * n, ops.radial(k))
+        return out
+
+    def _lie_ops(self, drive: Vector) -> "_LieOps":
+        hit = self._ops.get(id(drive))
+        if hit is None or hit[0] is not drive:
+            hit = self._ops[id(drive)] = (drive, _LieOps(self, drive))
+        return hit[1]
 
     def lie_vector(self, drive: Vector, G: Vector) -> Vector:
         """``L G`` componentwise (``L ŵ_i = η_w g_i (drive)_i``)."""
@@ -279,3 +304,58 @@ class Algebra:
                 for l, Fa in drive.R.items():   # the radial part of L ŵ_i: η_w g_i^{1+l} ŵ_i drive^R_l
                     _axpy(out.R.setdefault(k + l + 1, {}), mul(Fa, F), ew)
         return out
+
+
+def _apply(out: Scalar, n: int, code: int, c: float, ops: list[tuple[int, int, float]]) -> None:
+    """``out += c · a^n [code] · Σ_ops f a^{n_d} [code_d]``."""
+    get = out.get
+    for nd, cd, f in ops:
+        v = c * f
+        if v:
+            key = (n + nd, code + cd)
+            out[key] = get(key, 0.0) + v
+
+
+class _LieOps:
+    """The drive ``D = ∇φ_α`` as the terms each component of a gradient ``∇F`` meets in ``⟨D, ∇F⟩_P``: a list of
+    ``(power of a, code, factor)`` per component (the ``a``- and ``b``-components, the explicit component of a
+    direction ``i``, the radial coefficient ``R_l``), with the metric's weights, the ``g_i`` and the factors ``ŵ_i``
+    and ``P_{k+l+1}`` of the module docstring's inner product folded in."""
+
+    def __init__(self, alg: Algebra, drive: Vector):
+        r = alg.rates
+        self.rates, self.g, self.drive = r, alg.g, drive
+        self.A = [(nd, cd, r.a * v) for (nd, cd), v in drive.A.items()] if r.a else []
+        self.B = [(nd, cd, r.b * v) for (nd, cd), v in drive.B.items()] if r.b else []
+        self._explicit: dict[int, list[tuple[int, int, float]]] = {}
+        self._radial: dict[int, list[tuple[int, int, float]]] = {}
+
+    def explicit(self, i: int) -> list[tuple[int, int, float]]:
+        """What ``(∇F)_i`` meets: ``η_w g_i (D_i + ŵ_i D^R(g_i))``."""
+        ops = self._explicit.get(i)
+        if ops is None:
+            ops = self._explicit[i] = []
+            w = self.rates.w
+            if w:
+                gi = float(self.g[i])
+                ops += [(nd, cd, w * gi * v) for (nd, cd), v in self.drive.E.get(i, {}).items()]
+                wi = unit("w", i)
+                for k, Rk in self.drive.R.items():
+                    ops += [(nd, cd + wi, w * gi * gi**k * v) for (nd, cd), v in Rk.items()]
+        return ops
+
+    def radial(self, l: int) -> list[tuple[int, int, float]]:
+        """What the radial coefficient ``(∇F)^R_l`` meets: ``η_w (Σ_i g_i^{1+l} ŵ_i D_i + Σ_k D^R_k P_{k+l+1})``."""
+        ops = self._radial.get(l)
+        if ops is None:
+            ops = self._radial[l] = []
+            w = self.rates.w
+            if w:
+                for i, Ei in self.drive.E.items():
+                    gi = float(self.g[i])
+                    wi = unit("w", i)
+                    ops += [(nd, cd + wi, w * gi * gi**l * v) for (nd, cd), v in Ei.items()]
+                for k, Rk in self.drive.R.items():
+                    pk = unit("P", k + l + 1)
+                    ops += [(nd, cd + pk, w * v) for (nd, cd), v in Rk.items()]
+        return ops

@@ -66,8 +66,9 @@ def _splits(n: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
 
 
 def _moment(ks: tuple[int, ...], kappa, memo: dict, one):
-    """The joint moment of the sorted multiset ``ks`` from its cumulants ``kappa(block)`` (blocks as sorted tuples):
-    ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)`` over the subsets ``B`` of positions containing the first one."""
+    """The joint moment of the sorted multiset ``ks`` from its cumulants ``κ_B = kappa(|B|, Σ_{k∈B} k)`` (a
+    cumulant of the ``P_k`` depends on nothing else): ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)`` over the subsets ``B`` of
+    positions containing the first one."""
     if not ks:
         return one
     if ks in memo:
@@ -76,7 +77,7 @@ def _moment(ks: tuple[int, ...], kappa, memo: dict, one):
     pick = rest.__getitem__
     total = None
     for chosen, left in _splits(len(rest)):
-        kB = kappa((first, *map(pick, chosen)))   # a subsequence of a sorted tuple is sorted
+        kB = kappa(1 + len(chosen), first + sum(map(pick, chosen)))
         term = kB * _moment(tuple(map(pick, left)), kappa, memo, one) if left else kB
         total = term if total is None else total + term
     memo[ks] = total
@@ -92,9 +93,8 @@ class _TiltedLaws:
         self.law = law
         self._sums: dict[tuple[int, int], tuple[int, int, np.ndarray]] = {}   # (e, n) -> rows lo, hi, sums
         self._cache: dict[tuple[Gamma, tuple[int, ...], int], tuple[float, np.ndarray, np.ndarray]] = {}
-        self._k0: dict = {}
         self._gpow: dict = {}    # e -> (Σ_i g_i^e, g^e)
-        self._exact: dict = {}   # γ -> the memo of its moments Σ_π Π_B κ_B(0) (shared by every K)
+        self._exact: dict = {}   # γ -> (memo of its moments Σ_π Π_B κ_B(0), shared by every K; its κ_B(0))
 
     def _contour_sum(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
         """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on the contour of rows ``lo:hi`` (kept on the widest range asked, which
@@ -114,36 +114,36 @@ class _TiltedLaws:
             val += gi**e / (1 + 2 * gi * z) ** n
         return val
 
-    def _cumulant(self, gamma: Gamma, block: Sequence[int], lo: int, hi: int) -> np.ndarray:
-        n = len(block)
-        e = n + sum(block)
+    def _cumulant(self, gamma: Gamma, n: int, e: int, lo: int, hi: int) -> np.ndarray:
+        """``κ_B`` on the contour of rows ``lo:hi`` for ``|B| = n``, ``e = |B| + Σ_{k∈B} k``."""
         law = self.law
         val = self._contour_sum(e, n, lo, hi).copy()
         for i, k in gamma:
             val += 2 * k * law.g[i] ** e * law._power(i, n)[lo:hi]
         return math.factorial(n - 1) * 2 ** (n - 1) * val
 
-    def _kappa0(self, gamma: Gamma, block: tuple[int, ...]) -> float:
-        n = len(block)
-        e = n + sum(block)
-        key = (gamma, n, e)   # κ_B depends on |B| and Σ_{j∈B} k_j only
-        val = self._k0.get(key)
-        if val is None:
-            pw = self._gpow.get(e)
-            if pw is None:
-                arr = self.law.g**e
-                pw = self._gpow[e] = (float(np.sum(arr)), arr)
-            s = pw[0] + sum(2 * k * pw[1][i] for i, k in gamma)
-            val = self._k0[key] = math.factorial(n - 1) * 2 ** (n - 1) * s
-        return val
-
     def _exact_factor(self, gamma: Gamma, ks: tuple[int, ...]) -> float:
         """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``), by the moment–cumulant recursion
         ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)``."""
-        memo = self._exact.get(gamma)
-        if memo is None:
-            memo = self._exact[gamma] = {}
-        return _moment(tuple(sorted(ks)), lambda B: self._kappa0(gamma, B), memo, 1.0)
+        have = self._exact.get(gamma)
+        if have is None:
+            k0: dict[tuple[int, int], float] = {}
+            g = self.law.g
+
+            def kappa0(n: int, s: int) -> float:
+                val = k0.get((n, s))
+                if val is None:
+                    e = n + s
+                    pw = self._gpow.get(e)
+                    if pw is None:
+                        arr = g**e
+                        pw = self._gpow[e] = (float(np.sum(arr)), arr)
+                    val = k0[(n, s)] = math.factorial(n - 1) * 2 ** (n - 1) * (pw[0] + sum(2 * k * pw[1][i]
+                                                                                        for i, k in gamma))
+                return val
+
+            have = self._exact[gamma] = ({}, kappa0)
+        return _moment(tuple(sorted(ks)), have[1], have[0], 1.0)
 
     def measures(self, gamma: Gamma, wanted: Sequence[tuple[tuple[int, ...], float]]
                  ) -> list[tuple[float, np.ndarray, np.ndarray]]:
@@ -175,11 +175,10 @@ class _TiltedLaws:
         terms = law._product(gamma, L, H)
         arrays: dict[tuple[int, int], np.ndarray] = {}
 
-        def cumulant(B: tuple[int, ...]) -> np.ndarray:
-            key = (len(B), sum(B))   # κ_B depends on |B| and Σ_{j∈B} k_j only
-            arr = arrays.get(key)
+        def cumulant(n: int, s: int) -> np.ndarray:
+            arr = arrays.get((n, s))
             if arr is None:
-                arr = arrays[key] = self._cumulant(gamma, B, L, H)
+                arr = arrays[(n, s)] = self._cumulant(gamma, n, n + s, L, H)
             return arr
 
         memo: dict = {}
