@@ -46,7 +46,7 @@ class MeanTable:
         self.grid = QGrid(y0, step, n)
         Q = self.grid.Q
         self.b, self.wb = rule.nodes(Q, rule.sinh_count(Q[:1]) if rule.bias_std > 0 and not rule.smooth else None)
-        self._m: dict[int, np.ndarray] = {}
+        self._m: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._F: dict[tuple[int, int], np.ndarray] = {}
         self._products: dict[tuple[int, ...], np.ndarray] = {}
 
@@ -57,13 +57,15 @@ class MeanTable:
 
     def m(self, k: int, rows: np.ndarray) -> np.ndarray:
         """``m_k(b, sqrt(Q))`` on the ``(Q, b)`` nodes of rows ``rows``."""
-        cache = self._m.get(k)
-        if cache is None:
-            cache = self._m[k] = np.full((self.grid.n, self.b.shape[1]), np.nan)
-        todo = rows[np.isnan(cache[rows, 0])]
+        have = self._m.get(k)
+        if have is None:   # the values and which rows hold them (an empty array: no fill of the ~3 MB)
+            have = self._m[k] = (np.empty((self.grid.n, self.b.shape[1])), np.zeros(self.grid.n, dtype=bool))
+        cache, ready = have
+        todo = rows[~ready[rows]]
         if todo.size:
             b, _ = self._rows_b(todo)
             cache[todo] = _finite_means(self.act, k, b, np.sqrt(self.grid.Q[todo])[:, None] * np.ones_like(b))
+            ready[todo] = True
         return cache[rows]
 
     def F(self, j: int, k: int, rows: np.ndarray) -> np.ndarray:

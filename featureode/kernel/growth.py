@@ -117,10 +117,10 @@ class _TiltedLaws:
     def _cumulant(self, gamma: Gamma, n: int, e: int, lo: int, hi: int) -> np.ndarray:
         """``κ_B`` on the contour of rows ``lo:hi`` for ``|B| = n``, ``e = |B| + Σ_{k∈B} k``."""
         law = self.law
-        val = self._contour_sum(e, n, lo, hi).copy()
+        val = self._contour_sum(e, n, lo, hi)
         for i, k in gamma:
-            val += 2 * k * law.g[i] ** e * law._power(i, n)[lo:hi]
-        return math.factorial(n - 1) * 2 ** (n - 1) * val
+            val = val + 2 * k * law.g[i] ** e * law._power(i, n)[lo:hi]
+        return val if n == 1 else math.factorial(n - 1) * 2 ** (n - 1) * val
 
     def _exact_factor(self, gamma: Gamma, ks: tuple[int, ...]) -> float:
         """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``), by the moment–cumulant recursion
