@@ -40,7 +40,8 @@ import numpy as np
 from featureode.calculus.hermite import Mode
 from featureode.kernel.network import KernelError
 
-__all__ = ["Rates", "Vector", "Algebra", "GrowthError", "mul", "slot", "fields", "slot_kinds"]
+__all__ = ["Rates", "Vector", "Algebra", "GrowthError", "mul", "times_code", "slot", "unit", "odd_mask", "fields",
+           "slot_kinds"]
 
 # a term key: (power of a, code of ŵ^μ Π P_k Π m_j)
 Key = tuple[int, int]
@@ -75,6 +76,7 @@ class Rates:
 # ----------------------------------------------------------------------------------------------------------------
 _SLOTS: list[tuple[str, int]] = []            # slot -> ("w", direction) | ("P", k) | ("m", order)
 _SLOT_OF: dict[tuple[str, int], int] = {}
+_UNIT: dict[tuple[str, int], int] = {}        # (kind, value) -> the code of that one factor
 _LOCK = threading.Lock()
 #: the lowest bit of every direction's field: ``code & odd_mask()`` is the pattern of odd exponents of ``ŵ^μ``
 _ODD = [0]
@@ -97,9 +99,6 @@ def slot(kind: str, value: int) -> int:
     return n
 
 
-_UNIT: dict[tuple[str, int], int] = {}
-
-
 def unit(kind: str, value: int) -> int:
     """The code of one factor ``ŵ_i``, ``P_k`` or ``m_j``."""
     code = _UNIT.get((kind, value))
@@ -119,9 +118,9 @@ def slot_kinds() -> list[tuple[str, int]]:
     return list(_SLOTS)
 
 
-def fields(codes: "list[int]") -> np.ndarray:
-    """The fields of ``codes`` as a ``len(codes) × (number of slots)`` integer array."""
-    n = len(_SLOTS)
+def fields(codes: "list[int]", n: int) -> np.ndarray:
+    """The first ``n`` fields of ``codes`` (all of them when ``n`` slots are registered) as a ``len(codes) × n``
+    integer array."""
     raw = b"".join(c.to_bytes(2 * n, sys.byteorder) for c in codes)
     return np.frombuffer(raw, dtype=np.uint16).reshape(len(codes), n)
 
@@ -162,7 +161,7 @@ def mul(F: Scalar, G: Scalar) -> Scalar:
     return out
 
 
-def _times(F: Scalar, code: int, factor: float = 1.0) -> Scalar:
+def times_code(F: Scalar, code: int, factor: float = 1.0) -> Scalar:
     """``factor · F`` times the factor of code ``code`` (``ŵ_i`` or ``P_k``)."""
     return {(na, c + code): factor * v for (na, c), v in F.items()}
 
@@ -245,12 +244,12 @@ class Algebra:
                 if i in G.E and i in H.E:
                     _axpy(rw, mul(G.E[i], H.E[i]), gi)
                 if i in G.E and H.R:
-                    _axpy(rw, _times(mul(G.E[i], self._radial_at(H.R, gi)), unit("w", i)), gi)
+                    _axpy(rw, times_code(mul(G.E[i], self._radial_at(H.R, gi)), unit("w", i)), gi)
                 if i in H.E and G.R:
-                    _axpy(rw, _times(mul(H.E[i], self._radial_at(G.R, gi)), unit("w", i)), gi)
+                    _axpy(rw, times_code(mul(H.E[i], self._radial_at(G.R, gi)), unit("w", i)), gi)
             for k, Gk in G.R.items():
                 for l, Hl in H.R.items():
-                    _axpy(rw, _times(mul(Gk, Hl), unit("P", k + l + 1)))
+                    _axpy(rw, times_code(mul(Gk, Hl), unit("P", k + l + 1)))
         if parts:
             return {"readout": {k: r.a * v for k, v in ra.items()}, "weights": {k: r.w * v for k, v in rw.items()},
                     "bias": {k: r.b * v for k, v in rb.items()}}

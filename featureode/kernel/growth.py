@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from itertools import chain
 from functools import lru_cache
+from itertools import chain
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,10 +30,10 @@ from featureode.kernel.algebra import (
     Rates,
     Scalar,
     Vector,
-    _times,
     fields,
     odd_mask,
     slot_kinds,
+    times_code,
     unit,
 )
 from featureode.kernel.averagers import _finite_means, _mean_table
@@ -273,13 +273,14 @@ class Averager:
                 gi = float(alg.g[i])
                 if i in G.E and i in H.E:
                     self._record_product(acc, G.E[i], H.E[i], r.w * gi)
+                wi = unit("w", i)
                 if i in G.E and H.R:
-                    self._record_product(acc, _times(G.E[i], unit("w", i)), alg._radial_at(H.R, gi), r.w * gi)
+                    self._record_product(acc, times_code(G.E[i], wi), alg._radial_at(H.R, gi), r.w * gi)
                 if i in H.E and G.R:
-                    self._record_product(acc, _times(H.E[i], unit("w", i)), alg._radial_at(G.R, gi), r.w * gi)
+                    self._record_product(acc, times_code(H.E[i], wi), alg._radial_at(G.R, gi), r.w * gi)
             for k, Gk in G.R.items():
                 for l, Hl in H.R.items():
-                    self._record_product(acc, _times(Gk, unit("P", k + l + 1)), Hl, r.w)
+                    self._record_product(acc, times_code(Gk, unit("P", k + l + 1)), Hl, r.w)
         out = {}
         for name, acc in parts.items():
             self._requests.append(acc)
@@ -334,7 +335,7 @@ class Averager:
         orders (one ``E_b[Π m_j]`` each), and per code the index of its group and of its ``J``."""
         slots = slot_kinds() + [("P", -1)]                       # a last field that is 0: never an empty selection
         table = np.zeros((len(codes), len(slots)), dtype=np.uint16)
-        table[:, :-1] = fields(codes)
+        table[:, :-1] = fields(codes, len(slots) - 1)
         on_law = [n for n, (kind, _) in enumerate(slots) if kind != "m"]
         on_b = [n for n, (kind, _) in enumerate(slots) if kind == "m"] + [len(slots) - 1]
 

@@ -1,5 +1,5 @@
 """Second-order growth constants of the ``second_order`` and ``resummed`` closures, by deterministic quadrature
-(algebra and averages: :mod:`featureode.kernel.growth`; derivation: ``derivations/closure_second_order.py`` and
+(algebra: :mod:`featureode.kernel.algebra`, averages: :mod:`featureode.kernel.growth`; derivation: ``derivations/closure_second_order.py`` and
 ``derivations/growth_algebra.py``).
 
 Per init neuron ``θ = (a, ŵ, b)`` the mode-β feature gradient is ``∇φ_β``, ``φ_β = a ŵ^β m_{|β|}(b, |ŵ|)/sqrt(β!)``.
