@@ -1,6 +1,6 @@
 """Second-order growth constants of the ``second_order`` and ``resummed`` closures, by deterministic quadrature
-(algebra: :mod:`featureode.kernel.algebra`, averages: :mod:`featureode.kernel.growth`; derivation: ``derivations/closure_second_order.py`` and
-``derivations/growth_algebra.py``).
+(algebra: :mod:`featureode.kernel.algebra`, averages: :mod:`featureode.kernel.growth`; derivation:
+``derivations/closure_second_order.py`` and ``derivations/growth_algebra.py``).
 
 Per init neuron ``θ = (a, ŵ, b)`` the mode-β feature gradient is ``∇φ_β``, ``φ_β = a ŵ^β m_{|β|}(b, |ŵ|)/sqrt(β!)``.
 Driven by mode α the mean-field flow is ``dθ/dε = P∇φ_α`` (``ε = γ D_α``; metric ``P = diag(η_a, η_w g, η_b)``,
