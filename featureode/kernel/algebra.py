@@ -129,7 +129,9 @@ def _derivative_steps(code: int) -> tuple[tuple, tuple, tuple]:
     """What a derivative needs of a code: per m order ``j`` (ascending) ``(count, code step to m_{j+1}, to
     m_{j+2})``, per direction ``i`` (ascending) ``(i, exponent, code of ŵ_i)``, per ``P_k`` (ascending)
     ``(k, count, code of P_k)``."""
-    ms, mo, pk = [], [], []
+    ms: list[tuple[int, int]] = []
+    mo: list[tuple[int, int]] = []
+    pk: list[tuple[int, int]] = []
     raw = memoryview(code.to_bytes(2 * len(_SLOTS), sys.byteorder)).cast("H")   # the 16-bit fields
     for n, c in enumerate(raw):
         if c:

@@ -372,7 +372,8 @@ class Averager:
         def members(gid: int) -> list[int]:
             return np.unique(key_ms[key_group == gid]).tolist()
 
-        measures = {}
+        on_grid: dict[int, tuple[float, np.ndarray, np.ndarray]] = {}    # group -> mass, weights, grid rows
+        off_grid: dict[int, tuple[float, np.ndarray, np.ndarray]] = {}   # group -> mass, weights, nodes Q
         by_gamma: dict[Gamma, list[int]] = defaultdict(list)
         for gid, (gamma, _) in enumerate(groups):
             by_gamma[gamma].append(gid)
@@ -386,32 +387,34 @@ class Averager:
                         self._check(gamma, ks, ms_list[n], int(sing[n]))
                 if len(ks) <= 1 and all(k == 1 for k in ks):
                     meas = self.law.measure(gamma, bool(ks), e)
-                    measures[gid] = (meas.mass, meas.w, meas.rows, meas.Q)
+                    if meas.rows is None:   # a Gauss rule (the density grid could not resolve the law)
+                        off_grid[gid] = (meas.mass, meas.w, meas.Q)
+                    else:
+                        on_grid[gid] = (meas.mass, meas.w, meas.rows)
                 else:
                     tilted.append((gid, ks, sum(n for _, n in gamma) + len(ks) - e / 2))
             if tilted:
                 laws = self.tilted.measures(gamma, [(ks, power) for _, ks, power in tilted])
-                for (gid, _, _), (mass, w, rows) in zip(tilted, laws):
-                    measures[gid] = (mass, w, rows, None)  # type: ignore[assignment]  # no Q on a tilted law
-        # every measure on the grid as a row of W (points where the weight times the bound Q^{-e/2} of the
-        # integrand is below 1e-20 of its largest are dropped), every E_b[Π m_j] as a row of F: the average of
-        # (γ, K, J) is mass_{γK} (W F^T)_{γK, J}
-        on_grid = [gid for gid, m in measures.items() if m[2] is not None]
-        rows = np.concatenate([measures[gid][2] for gid in on_grid] or [np.zeros(0, dtype=np.intp)])
+                on_grid.update((gid, law) for (gid, _, _), law in zip(tilted, laws))
+        # every law on the grid as a row of W (points where the weight times the bound Q^{-e/2} of the integrand
+        # is below 1e-20 of its largest are dropped), every E_b[Π m_j] as a row of F: the average of (γ, K, J) is
+        # mass_{γK} (W F^T)_{γK, J}
+        laws = list(on_grid.values())
+        rows = np.concatenate([law[2] for law in laws] or [np.zeros(0, dtype=np.intp)])
+        weights = np.concatenate([law[1] for law in laws] or [np.zeros(0)])
+        which = np.repeat(np.fromiter(on_grid, dtype=np.intp, count=len(on_grid)), [law[2].size for law in laws])
         lo, hi = (int(rows.min()), int(rows.max()) + 1) if rows.size else (0, 0)
-        which = np.repeat(on_grid, [measures[gid][2].size for gid in on_grid]).astype(np.intp)
-        w = np.concatenate([measures[gid][1] for gid in on_grid] or [np.zeros(0)])
-        e = e_group[which]
-        bound = np.where(e > 0, np.abs(w) * self.law.Q[rows] ** (-e / 2), np.abs(w))
+        power = e_group[which]
+        bound = np.where(power > 0, np.abs(weights) * self.law.Q[rows] ** (-power / 2), np.abs(weights))
         top = np.zeros(len(groups))
         np.maximum.at(top, which, bound)
         keep = bound > 1e-20 * top[which]
         W = np.zeros((len(groups), hi - lo))
-        W[which[keep], rows[keep] - lo] = w[keep]
-        mass = np.array([measures[gid][0] if measures[gid][2] is not None else 0.0 for gid in range(len(groups))])
+        W[which[keep], rows[keep] - lo] = weights[keep]
+        mass = np.zeros(len(groups))
+        mass[list(on_grid)] = [law[0] for law in laws]
         vals = mass[:, None] * (W @ self.table.products(ms_list, np.arange(lo, hi)).T)
-        for gid, (ms_mass, wq, rq, Qg) in measures.items():
-            if rq is None:   # a Gauss rule (the density grid could not resolve the law)
-                for n in members(gid):
-                    vals[gid, n] = ms_mass * float(np.sum(wq * self._F_at(ms_list[n], Qg)))
+        for gid, (ms_mass, wq, Qg) in off_grid.items():
+            for n in members(gid):
+                vals[gid, n] = ms_mass * float(np.sum(wq * self._F_at(ms_list[n], Qg)))
         return np.bincount(req, weights=coef * vals[key_group[entry], key_ms[entry]], minlength=len(reqs))
