@@ -49,7 +49,7 @@ def main() -> int:
             mc_constants(modes, spec.g, "relu", 0.5, drivers=drivers)
             mc = time.process_time() - t0
         rows.append((dim, len(modes), len(drivers), cpu, mc))
-        print(f"d={dim}: {len(modes)} modes, {len(drivers)} drivers: exact {cpu:.2f} s CPU, Monte Carlo {mc:.2f} s",
+        print(f"d={dim}: {len(modes)} modes, {len(drivers)} drivers: exact {cpu:.3f} s CPU, Monte Carlo {mc:.2f} s",
               flush=True)
     load = os.getloadavg()
     lines = ["# Second-order constants: deterministic quadrature vs Monte Carlo", "",

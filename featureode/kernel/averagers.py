@@ -46,8 +46,9 @@ class MeanTable:
         self.grid = QGrid(y0, step, n)
         Q = self.grid.Q
         self.b, self.wb = rule.nodes(Q, rule.sinh_count(Q[:1]) if rule.bias_std > 0 and not rule.smooth else None)
-        self._m: dict[int, np.ndarray] = {}
+        self._m: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._F: dict[tuple[int, int], np.ndarray] = {}
+        self._products: dict[tuple[int, ...], np.ndarray] = {}
 
     def _rows_b(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.b.shape[0] > 1:
@@ -56,13 +57,15 @@ class MeanTable:
 
     def m(self, k: int, rows: np.ndarray) -> np.ndarray:
         """``m_k(b, sqrt(Q))`` on the ``(Q, b)`` nodes of rows ``rows``."""
-        cache = self._m.get(k)
-        if cache is None:
-            cache = self._m[k] = np.full((self.grid.n, self.b.shape[1]), np.nan)
-        todo = rows[np.isnan(cache[rows, 0])]
+        have = self._m.get(k)
+        if have is None:   # the values and which rows hold them (an empty array: no fill of the ~3 MB)
+            have = self._m[k] = (np.empty((self.grid.n, self.b.shape[1])), np.zeros(self.grid.n, dtype=bool))
+        cache, ready = have
+        todo = rows[~ready[rows]]
         if todo.size:
             b, _ = self._rows_b(todo)
             cache[todo] = _finite_means(self.act, k, b, np.sqrt(self.grid.Q[todo])[:, None] * np.ones_like(b))
+            ready[todo] = True
         return cache[rows]
 
     def F(self, j: int, k: int, rows: np.ndarray) -> np.ndarray:
@@ -77,6 +80,43 @@ class MeanTable:
                 vals = np.sum(self.m(j, todo) * self.m(k, todo) * wb, axis=1)
             cache[todo] = np.where(np.isfinite(vals), vals, 0.0)
         return cache[rows]
+
+    def products(self, wanted: Sequence[tuple[int, ...]], rows: np.ndarray) -> np.ndarray:
+        """``E_b[Π_{j∈J} m_j(b, sqrt(Q))]`` at grid rows ``rows`` for each sorted multiset ``J`` of ``wanted`` (``1``
+        for the empty one), shape ``len(wanted) × len(rows)``; non-finite sums are 0. Rows are kept per multiset
+        (every network on this table shares them). The missing rows are computed in sorted order of the multisets,
+        each as one sum ``Σ_b (w_b Π_{j∈J∖j_last} m_j) m_{j_last}`` whose prefix product is shared by the multisets
+        that extend it."""
+        caches = []
+        for J in wanted:
+            cache = self._products.get(J)
+            if cache is None:
+                cache = self._products[J] = np.ones(self.grid.n) if not J else np.full(self.grid.n, np.nan)
+            caches.append(cache)
+        missing = np.zeros(rows.size, dtype=bool)
+        for cache in caches:
+            missing |= np.isnan(cache[rows])
+        todo = rows[missing]
+        if todo.size:
+            wb = np.broadcast_to(self._rows_b(todo)[1], (todo.size, self.b.shape[1]))
+            m: dict[int, np.ndarray] = {}
+            stack: list[tuple[tuple[int, ...], np.ndarray]] = [((), wb)]   # prefix products w_b Π m_j
+            for J in sorted({J for J in wanted if J}):
+                head = J[:-1]
+                while stack[-1][0] != head[: len(stack[-1][0])]:
+                    stack.pop()
+                for j in head[len(stack[-1][0]):]:
+                    stack.append((stack[-1][0] + (j,), stack[-1][1] * self._m_rows(m, j, todo)))
+                with np.errstate(all="ignore"):
+                    vals = np.einsum("rb,rb->r", stack[-1][1], self._m_rows(m, J[-1], todo))
+                self._products[J][todo] = np.where(np.isfinite(vals), vals, 0.0)
+        return np.array([cache[rows] for cache in caches]).reshape(len(wanted), rows.size)
+
+    def _m_rows(self, m: dict[int, np.ndarray], j: int, rows: np.ndarray) -> np.ndarray:
+        val = m.get(j)
+        if val is None:
+            val = m[j] = self.m(j, rows)
+        return val
 
     def F_at(self, j: int, k: int, Q: np.ndarray) -> np.ndarray:
         """``F_{jk}`` at arbitrary points ``Q`` (nodes of a Gauss rule)."""

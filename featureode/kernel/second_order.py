@@ -1,6 +1,6 @@
 """Second-order growth constants of the ``second_order`` and ``resummed`` closures, by deterministic quadrature
-(algebra and averages: :mod:`featureode.kernel.growth`; derivation: ``derivations/closure_second_order.py`` and
-``derivations/growth_algebra.py``).
+(algebra: :mod:`featureode.kernel.algebra`, averages: :mod:`featureode.kernel.growth`; derivation:
+``derivations/closure_second_order.py`` and ``derivations/growth_algebra.py``).
 
 Per init neuron ``θ = (a, ŵ, b)`` the mode-β feature gradient is ``∇φ_β``, ``φ_β = a ŵ^β m_{|β|}(b, |ŵ|)/sqrt(β!)``.
 Driven by mode α the mean-field flow is ``dθ/dε = P∇φ_α`` (``ε = γ D_α``; metric ``P = diag(η_a, η_w g, η_b)``,
@@ -21,10 +21,12 @@ Monte Carlo oracle of the same ``S``: :mod:`featureode.kernel.second_order_mc`.
 """
 from __future__ import annotations
 
+import gc
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -67,10 +69,30 @@ def _same_parity(a: Mode, b: Mode) -> bool:
     return all((da.get(i, 0) - db.get(i, 0)) % 2 == 0 for i in set(da) | set(db))
 
 
+@contextmanager
+def _without_cyclic_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: the algebra makes ~10⁵ short-lived dicts and tuples and no reference
+    cycles (reference counting frees them), and each collection pass walks every live object of the process (a
+    full one ~30 ms with SymPy loaded, ~10 % of the constants' time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def network_second_order(net: Network, modes: Sequence[Mode], drivers: Sequence[int] | None = None, *,
                          rates: Rates = Rates(), quartic: bool = False) -> SecondOrder:
     """The constants of the module docstring for ``net`` on ``modes``, driven by ``drivers`` (indices into
     ``modes``; default all), with metric weights ``rates``; ``quartic=False`` skips ``T``."""
+    with _without_cyclic_gc():
+        return _network_second_order(net, modes, drivers, rates, quartic)
+
+
+def _network_second_order(net: Network, modes: Sequence[Mode], drivers: Sequence[int] | None, rates: Rates,
+                          quartic: bool) -> SecondOrder:
     t0 = time.perf_counter()
     modes = list(modes)
     drivers = tuple(range(len(modes))) if drivers is None else tuple(int(k) for k in drivers)
