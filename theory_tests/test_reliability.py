@@ -320,6 +320,9 @@ def test_api_edges_raise_the_package_errors():
         exact_eigenvalues(["z0"], [0.5, 0.5], "relu", 0.5, method="montecarlo", n_neurons=0)
     with pytest.raises(KernelError, match="step"):
         gram_matrix(["z0"], [0.5, 0.5], "relu", 0.5, step=0)
+    for tiny in (1e-3, 4.6e-227):   # a grid that cannot fit in memory is refused, not attempted
+        with pytest.raises(KernelError, match=r"step must be a number in \[0.01, 1\]"):
+            gram_matrix(["z0"], [0.5, 0.5], "relu", 0.5, step=tiny)
     with pytest.raises(SweepError, match="integer"):
         make_executor("local", 2.5)
     with pytest.raises(GridError, match="a grid is a table"):

@@ -177,14 +177,20 @@ class KernelTheory:
 
 
 
+#: The finest grid step in log|ŵ|² the kernel accepts (the grid and the bias rule both grow like 1/step: ~2.5 GB and
+#: ~10 s for one mode at 0.01; the default is 0.1).
+MIN_STEP = 0.01
+
+
 def _network(spectrum: "Spectrum | Sequence[float]", activation: "str | Activation", bias_std: float,
              step: float = STEP) -> Network:
     try:
-        ok = math.isfinite(float(step)) and 0 < float(step) <= 1
+        ok = math.isfinite(float(step)) and MIN_STEP <= float(step) <= 1
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise KernelError(f"step must be a number in (0, 1] (the grid step in log|ŵ|²; default {STEP}), got {step!r}")
+        raise KernelError(f"step must be a number in [{MIN_STEP:g}, 1] (the grid step in log|ŵ|²; default {STEP}; "
+                          f"a finer grid would not fit in memory), got {step!r}")
     return Network.build(activation, _g_of(spectrum), _bias_of(bias_std), step=step)
 
 
