@@ -246,7 +246,7 @@ def test_readme_extending_examples_run(monkeypatch, capsys):
     monkeypatch.setattr(activations, "ACTIVATIONS", activations.ACTIVATIONS.copy())
     section = (ROOT / "docs" / "guide" / "extending.md").read_text()
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
-    assert len(blocks) == 3
+    assert len(blocks) == 5
     monkeypatch.chdir(ROOT)
     exec(compile(blocks[0], "extending.md", "exec"), {})
     t10 = {line.split()[0]: float(line.split()[1]) for line in capsys.readouterr().out.strip().splitlines()}
@@ -261,3 +261,26 @@ def test_readme_extending_examples_run(monkeypatch, capsys):
     exec(compile(blocks[2], "extending.md", "exec"), {})
     t10 = dict(line.split() for line in capsys.readouterr().out.strip().splitlines())
     assert t10["numpy"] == t10["numpy_echo"] and float(t10["numpy"]) > 0
+    # a parametrization: linear σ, λ_z0 = g_0 (readout part) + E[a²] g_0 (first-layer part), closed form 2 and 5
+    from featureode.kernel import parametrization as fpar
+    from featureode.workflow import executors as fexec
+
+    try:   # the config's check reads the registry object itself: register into it, then take the name out again
+        exec(compile(blocks[3], "extending.md", "exec"), {})
+    finally:
+        if "wide_readout" in fpar.PARAMETRIZATIONS:
+            fpar.PARAMETRIZATIONS.unregister("wide_readout")
+    ratio = dict(line.split() for line in capsys.readouterr().out.strip().splitlines())
+    assert float(ratio["meanfield"]) == pytest.approx(2.0, rel=1e-9)
+    assert float(ratio["wide_readout"]) == pytest.approx(5.0, rel=1e-9)
+    # an executor: the sweep ran every point of the grid through it (one task per run, one results row per variant)
+    from featureode.workflow.grid import load_grid
+
+    grid = load_grid(ROOT / "examples" / "grids" / "sweep_richness_dim.toml")
+    try:
+        exec(compile(blocks[4], "extending.md", "exec"), {})
+    finally:
+        if "serial" in fexec.EXECUTORS:
+            fexec.EXECUTORS.unregister("serial")
+    submitted, rows = map(int, capsys.readouterr().out.strip().splitlines()[-1].split())
+    assert submitted >= 1 and rows == grid.n_runs * 2        # lazy and displacement, every run of the grid
