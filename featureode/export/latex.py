@@ -463,7 +463,7 @@ def derive_document(cfg: Config, theory: KernelTheory | None = None, labels: boo
     return "\n".join(parts)
 
 
-def derive_fragment(cfg: Any, labels: bool = True) -> str:
+def derive_fragment(cfg: Config, labels: bool = True) -> str:
     """``derive --fragment``: the equations of the config's ODE family alone (:func:`equations_latex`: a shared
     block and each variant's differences), to ``\\input`` into a paper; it needs ``\\usepackage{amsmath}`` only.
     No kernel quantity is computed (the constants are in the standalone document)."""

@@ -35,10 +35,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from featureode.core.errors import FeatureODEError
 from featureode.core.registry import Registry
+
+if TYPE_CHECKING:  # type-only import (the config sits above this layer)
+    from featureode.config import Config
 
 #: The parameter groups of the two-layer network, and so the parts the NTK splits into (theory §4): readout ``a``,
 #: first-layer weights ``w`` and biases ``b``. The kernel, the simulator's measurements (``lambda_parts/PART``), the
@@ -207,7 +210,7 @@ def get_parametrization(name: str) -> Parametrization:
     return PARAMETRIZATIONS.get(name)
 
 
-def parametrization_of(cfg: Any) -> Parametrization:
+def parametrization_of(cfg: "Config") -> Parametrization:
     """The parametrization of a :class:`~featureode.config.Config`: ``[network] parametrization`` with the
     per-group learning rates ``[training] lr_scale``."""
     par = get_parametrization(cfg.network.parametrization)

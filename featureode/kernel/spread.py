@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import sympy as sp
@@ -46,6 +46,9 @@ from featureode.kernel.averagers import quadrature
 from featureode.kernel.basis import _support_patterns, same_parity_modes
 from featureode.kernel.network import KernelError, Network
 from featureode.kernel.perneuron import pair_terms
+
+if TYPE_CHECKING:  # type-only import (the config sits above this layer)
+    from featureode.config import Config
 
 __all__ = ["SpreadRow", "ModeSpread", "coupled_modes", "kernel_row", "infinite_width_spread",
            "single_neuron_moments", "spread_at_init", "spread_of_config", "EXTRA_DEGREE", "MAX_ROW"]
@@ -305,7 +308,7 @@ def spread_at_init(net: Network, modes: Sequence[Mode], width: int, extra_degree
             for m, one in zip(ms, single)]
 
 
-def spread_of_config(cfg: Any, modes: "Sequence[Mode] | None" = None, extra_degree: int = EXTRA_DEGREE,
+def spread_of_config(cfg: "Config", modes: "Sequence[Mode] | None" = None, extra_degree: int = EXTRA_DEGREE,
                      n_neurons: int = N_NEURONS) -> list[ModeSpread]:
     """:func:`spread_at_init` for a :class:`~featureode.config.Config` (its network, width, and the target's modes
     unless ``modes`` is given; neurons drawn with the config's seed)."""

@@ -420,7 +420,7 @@ def _theory(net: Network, target: Any, gamma: float, basis: str, with_gram: bool
         activation=net.activation.name, bias_std=net.bias_std, network=net, parametrization=par)
 
 
-def kernel_theory_batch(cfgs: Sequence[Any], basis: str | None = None,
+def kernel_theory_batch(cfgs: "Sequence[Config]", basis: str | None = None,
                         with_gram: bool = False) -> list[KernelTheory]:
     """:func:`kernel_theory` of many configs at once, each shared piece computed once: the spectrum per ``[data]``
     table, the target per ``([data], [target])``, the network (law of ``|ŵ|²``, bias rule, means and every

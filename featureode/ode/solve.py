@@ -54,6 +54,7 @@ from featureode.ode.variants import Variant, variants_from_config
 
 if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
     from featureode.kernel.theory import KernelTheory
+    from featureode.config import Config
 
 COMPILED_METHODS = ("rodas4",)
 SCIPY_METHODS = ("LSODA", "BDF", "Radau", "RK45", "RK23", "DOP853")   # solve_ivp's, the reference backend
@@ -118,7 +119,7 @@ def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "ex
     return [values[name] for name in system.inputs], system
 
 
-def theory_parametrization(theory: Any, parametrization: "str | Parametrization | None" = None
+def theory_parametrization(theory: KernelTheory, parametrization: "str | Parametrization | None" = None
                            ) -> Parametrization:
     """The parametrization that fixes the closures' constants: ``parametrization`` (an object, or a registered
     name that takes ``theory``'s per-group rates), else ``theory.parametrization`` (a
@@ -130,7 +131,7 @@ def theory_parametrization(theory: Any, parametrization: "str | Parametrization 
     return own if parametrization is None else get_parametrization(parametrization).with_rates(own.rates)
 
 
-def closure_prefactors(theory: Any, parametrization: "str | Parametrization | None" = None) -> dict[str, float]:
+def closure_prefactors(theory: KernelTheory, parametrization: "str | Parametrization | None" = None) -> dict[str, float]:
     """``{"q", "q_a", "q_w"}`` at ``theory.gamma`` (:func:`theory_parametrization`): the closure prefactor ``q``,
     the readout-growth prefactor ``q_a = q η_a²/E[a²]²`` (scale factor) and the first-layer-displacement prefactor
     ``q_w = q η_w²`` (``displacement``, derived κ); all three are ``γ²`` for meanfield at plain SGD."""
@@ -139,14 +140,14 @@ def closure_prefactors(theory: Any, parametrization: "str | Parametrization | No
             "q_w": float(par.displacement_prefactor(gamma))}
 
 
-def closure_prefactor(theory: Any, parametrization: "str | Parametrization | None" = None) -> tuple[str, float]:
+def closure_prefactor(theory: KernelTheory, parametrization: "str | Parametrization | None" = None) -> tuple[str, float]:
     """The name of the parametrization that fixes the closure prefactor (:func:`theory_parametrization`) and
     ``q = closure_prefactor(γ)`` at ``theory.gamma``."""
     par = theory_parametrization(theory, parametrization)
     return par.name, float(par.closure_prefactor(float(theory.gamma)))
 
 
-def second_order_of(theory: Any, rates: "tuple[float, float, float] | None" = None,
+def second_order_of(theory: KernelTheory, rates: "tuple[float, float, float] | None" = None,
                     parametrization: "str | Parametrization | None" = None) -> tuple[list[int], Any]:
     """The driving modes (the target's, ``v_α ≠ 0``: indices into ``theory.modes``) and the
     :class:`featureode.kernel.second_order.SecondOrder` constants of ``theory`` they drive (deterministic
@@ -233,7 +234,7 @@ SOLVE_DEFAULTS: dict[str, Any] = {"eigenvalues": "exact", "backend": "numpy", "m
                                   "atol": 1e-10, "n_points": 200, "t_min": 1e-2}
 
 
-def solve_variant(theory: Any, variant: "Variant | str", t_max: float | None = None, eigenvalues: str | None = None,
+def solve_variant(theory: KernelTheory, variant: "Variant | str", t_max: float | None = None, eigenvalues: str | None = None,
                   *, basis: str | None = None, backend: str | None = None, method: str | None = None,
                   rtol: float | None = None, atol: float | None = None, n_points: int | None = None,
                   t_min: float | None = None, jacobian: bool = True, compile: bool | None = None) -> Trajectory:
@@ -376,7 +377,8 @@ def _theory_for(cfg: Any) -> Any:
     return kernel.kernel_theory(cfg, with_gram=cfg.ode.basis == "extended")
 
 
-def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = None, *,
+def solve_config(cfg: "Config", out_dir: "str | Path | None" = None,
+                 theory: "KernelTheory | None" = None, *,
                  allow_replay: bool = False, compile: bool | None = None) -> ODEResult:
     """Solve every variant of ``cfg.ode`` up to ``cfg.training.t_max`` on ``theory`` (a
     :class:`featureode.kernel.theory.KernelTheory` already built for ``cfg``; default: ``kernel.kernel_theory(cfg)``, with
@@ -400,7 +402,7 @@ def solve_config(cfg: Any, out_dir: "str | Path | None" = None, theory: Any = No
     return result
 
 
-def solve_batch(cfgs: Sequence[Any], theories: "Sequence[Any] | None" = None,
+def solve_batch(cfgs: "Sequence[Config]", theories: "Sequence[KernelTheory] | None" = None,
                 out_dirs: "Sequence[str | Path | None] | None" = None,
                 compile: bool | None = None) -> list[ODEResult]:
     """Solve many configs (the ``--ode-only`` sweep): ``result[k] = solve_config(cfgs[k], out_dirs[k],
