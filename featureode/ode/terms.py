@@ -261,8 +261,9 @@ driven by a level-1 mode, e.g. ``h3(z0)`` driven by ``z0``, ``V ≈ −1.6``, ``
 through 0 and rebounds, 5× above the exact per-neuron flow at ``γD = 2``, where the truncated law is within 8%.
 ``docs/validation/law_fidelity.md`` sets every law beside an RK4 integration of the per-neuron mean-field flow
 (one driving mode; ReLU, erf, tanh): this law is the truncated law wherever ``S ≥ 0``, the most accurate of them on
-average. The continuation of a shrinking mode (``S < 0``) is a choice, stated, not derived: the oracle's few such
-modes stay within ±10% of their initial eigenvalue up to ``γD = 2`` and then drift either way.
+average. The continuation of a shrinking mode (``S < 0``) is a choice, stated, not derived, and the oracle does not
+support it at large ``γD``: self-driven degree-3 modes (ReLU, d = 3) dip to about 0.8 of their initial eigenvalue and
+recover by ``γD = 10``, where this law gives 0.12–0.39.
 """
 
 SPREAD = Term("spread", 1 - sv[beta], (beta,), sp.Integer(1),
