@@ -32,6 +32,7 @@ from pathlib import Path
 import sympy as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's package, also when run as a script
+from _checks import CHECKS, check  # noqa: E402  (derivations/_checks.py: this script's folder is on sys.path)
 from featureode.ode import terms as ode  # noqa: E402
 from featureode.export.latex import expr_latex  # noqa: E402
 
@@ -41,14 +42,6 @@ g0, g1, sb, gam, D, eps = sp.symbols("g0 g1 sigma_b gamma D epsilon", positive=T
 s1, s2 = sp.symbols("s1 s2", real=True)
 W = (w0, w1)
 G = (g0, g1)
-CHECKS: list[str] = []
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        raise AssertionError(f"derivation check failed: {what}")
-    CHECKS.append(what)
-    print(f"  [checked] {what}")
 
 
 def gauss(expr: sp.Expr, variables: dict[sp.Symbol, sp.Expr]) -> sp.Expr:

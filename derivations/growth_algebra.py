@@ -16,7 +16,6 @@ Run ``python derivations/growth_algebra.py``. Steps (each printed, each checked)
 """
 from __future__ import annotations
 
-import itertools
 import math
 import sys
 from pathlib import Path
@@ -26,15 +25,7 @@ import sympy as sp
 from sympy.utilities.iterables import multiset_partitions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's package, also when run as a script
-
-CHECKS: list[str] = []
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        raise SystemExit(f"FAILED: {what}")
-    CHECKS.append(what)
-    print(f"  [checked] {what}")
+from _checks import CHECKS, check  # noqa: E402  (derivations/_checks.py: this script's folder is on sys.path)
 
 
 def dfact(n: int) -> int:

@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from _per_neuron import PerNeuron, init_neurons
 from featureode.calculus.hermite import Mode

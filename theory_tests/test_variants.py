@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from _ode_theories import make_theory
 from featureode.ode import terms as ode
