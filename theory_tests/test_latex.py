@@ -191,16 +191,16 @@ def _pdflatex(folder: Path, name: str) -> str:
 @pytest.mark.skipif(not latex_ready(), reason=NO_LATEX)
 def test_fragment_and_a_pdf_figure_drop_into_a_two_column_paper(tmp_path: Path):
     """A plain article with amsmath alone \\inputs the fragment of every built-in closure; a two-column article
-    with the fragment of lazy, agop, displacement, second_order and rational on the extended basis (the long second-order
-    growth broken over two lines) and the report figure in PDF (column style) compiles with no overfull box over
-    1 pt. (resummed's growth is one product about 80 pt wider than a column: not in the two-column check.)"""
+    with the fragment of every built-in closure on the extended basis, with and without the term names (the long
+    second-order growth broken over two lines; resummed's growth in its named sub-expressions ξ_α, ζ_α, ω_α, each
+    on its own line) and the report figure in PDF (column style) compiles with no overfull box over 1 pt."""
     from test_figures import _report
 
     every = _cfg(variants=["lazy", "agop", "displacement", "second_order", "resummed", "rational"], basis="extended")
     (tmp_path / "every.tex").write_text(derive_fragment(every))
-    cfg = _cfg(variants=["lazy", "agop", "displacement", "second_order", "rational"], basis="extended")
-    (tmp_path / "ode.tex").write_text(derive_fragment(cfg))
+    (tmp_path / "ode.tex").write_text(derive_fragment(every) + "\nText.\n" + derive_fragment(every, labels=False))
     assert r"\begin{aligned}[t]" in (tmp_path / "ode.tex").read_text()
+    assert r"\xi_{\alpha} &= " in (tmp_path / "ode.tex").read_text()
     _report().write(tmp_path, fmt="pdf", style="column")
     (tmp_path / "plain.tex").write_text("\\documentclass{article}\n\\usepackage{amsmath}\n\\begin{document}\n"
                                         "\\input{every}\n\\end{document}\n")
