@@ -186,6 +186,15 @@ def test_curves_of_an_ode_only_sweep_read_back_from_its_curve_file(tmp_path, cap
                 lam = kernel_theory(task.config()).lambda_exact[0]
                 np.testing.assert_allclose(seg[:, 1], np.exp(-2 * lam * seg[:, 0]), rtol=1e-6)
         assert len({tuple(c) for c in lines.get_colors()}) == 3            # one colour per γ
+    from featureode.export.style import new_figure
+
+    mine = new_figure((6.0, 3.0))   # the caller's axes: one per panel, drawn into, no title set
+    axes = mine.subplots(1, 2)
+    assert curves_figure(tmp_path, "network.richness", variant=["lazy", "displacement"], ax=axes) is mine
+    assert [a.get_title() for a in axes] == ["lazy", "displacement"] and not mine.get_suptitle()
+    assert all(len(a.collections[0].get_segments()) == 3 for a in axes)
+    with pytest.raises(PlotError, match="give ax as 2 axes"):
+        curves_figure(tmp_path, "network.richness", ax=axes[0])
     with matplotlib.rc_context({"pdf.compression": 0}):  # the colour bar's ramp stays vector
         assert _images(save_figure(fig, tmp_path / "curves.pdf").read_bytes()) == 0
     out = tmp_path / "curves.png"

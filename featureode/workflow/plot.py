@@ -306,12 +306,14 @@ CURVE_METRICS = {"loss": "ratio", "in_support_loss": "in_support_loss"}
 
 def curves_figure(out: "str | Path", x: str, quantity: str = "loss", variant: "str | Sequence[str] | None" = None,
                   where: dict[str, Any] | None = None, *, figsize: tuple[float, float] | None = None,
-                  style: "str | Mapping[str, Any] | None" = None) -> Figure:
+                  ax: Any = None, style: "str | Mapping[str, Any] | None" = None) -> Figure:
     """The curves of the sweep in ``out`` (``featureode plot DIR --metric loss --x KEY``): ``quantity`` (``"loss"``,
     ``L(t)/L(0)``, or ``"in_support_loss"``) against ``t``, one line per run, coloured by its value of the varied
     key ``x``; one panel per ODE variant (and one for the MLP of a trained sweep). Read through
     :func:`~featureode.workflow.table.load_sweep`: an ODE-only sweep's one curve file or each run's result files.
-    ``where``: keep the runs with these key values; ``variant``: the panels to draw (default every one)."""
+    ``where``: keep the runs with these key values; ``variant``: the panels to draw (default every one);
+    ``figsize``, ``ax`` (the caller's axes, one per panel; no title is set then) and ``style`` as for
+    :func:`phase_figure`."""
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
 
@@ -350,11 +352,20 @@ def curves_figure(out: "str | Path", x: str, quantity: str = "loss", variant: "s
     ncol = min(n, 3)
     nrow = math.ceil(n / ncol)
     with styled(style) as st:
-        size = figsize or st.size((4.6 * ncol + 1.0, 3.6 * nrow + 0.4), aspect=(3.6 * nrow + 0.4) / (4.6 * ncol + 1))
-        fig = new_figure(size, layout="constrained")
-        axes = list(fig.subplots(nrow, ncol, squeeze=False, sharex=True, sharey=True).ravel())
-        for a in axes[n:]:
-            a.set_visible(False)
+        if ax is None:
+            size = figsize or st.size((4.6 * ncol + 1.0, 3.6 * nrow + 0.4),
+                                      aspect=(3.6 * nrow + 0.4) / (4.6 * ncol + 1))
+            fig = new_figure(size, layout="constrained")
+            axes = list(fig.subplots(nrow, ncol, squeeze=False, sharex=True, sharey=True).ravel())
+            for a in axes[n:]:
+                a.set_visible(False)
+            own = True
+        else:
+            axes = list(np.ravel(np.asarray(ax, dtype=object)))
+            if len(axes) != n:
+                raise PlotError(f"these curves have {n} panel{'s' if n > 1 else ''} ({', '.join(names)}); give ax "
+                                f"as {n} axes, or choose the variant(s) to draw")
+            fig, own = axes[0].figure, False
         for a, name in zip(axes, names):
             part = frame[frame["name"] == name]
             segments, colours = [], []
@@ -374,9 +385,10 @@ def curves_figure(out: "str | Path", x: str, quantity: str = "loss", variant: "s
         bar = vector_colorbar(fig, ScalarMappable(norm=norm, cmap=cmap), ax=axes[:n], label=label(x))
         if not numeric:
             bar.set_ticks(range(len(values)), labels=[_label(v) for v in values])
-        fixed_text = ", ".join(f"{label(k)} = {v}" for k, v in (where or {}).items())
-        fig.suptitle(f"{'loss' if quantity == 'loss' else 'in-support loss'} curves, one per run"
-                     + (f", {fixed_text}" if fixed_text else ""))
+        if own:
+            fixed_text = ", ".join(f"{label(k)} = {v}" for k, v in (where or {}).items())
+            fig.suptitle(f"{'loss' if quantity == 'loss' else 'in-support loss'} curves, one per run"
+                         + (f", {fixed_text}" if fixed_text else ""))
     return fig
 
 
