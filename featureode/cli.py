@@ -13,6 +13,7 @@ import gc
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -202,13 +203,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """``featureode validate``: run a shipped validation grid (``featureode/suites/SUITE.toml``) as a sweep; writes
     ``DIR/results.csv`` and ``DIR/summary.*``."""
-    from featureode.workflow.grid import load_grid, suite_path
+    from featureode.workflow.grid import GridError, load_grid, suite_names, suite_path
     from featureode.workflow.sweeps import apply_basis, list_text, make_executor, plan, run_sweep
 
-    grid = _grid_with_sets(apply_basis(load_grid(suite_path(args.suite)), args.basis), args.set)
-    if args.list:
-        print(list_text(grid, plan(grid, args.out, yes=True), False, args.jobs))
+    if args.suite is None:
+        if not args.list:
+            raise GridError(f"name a suite ({', '.join(suite_names())}), or pass --list to see them")
+        for name in suite_names():
+            g = load_grid(suite_path(name))
+            print(f"{name:<12} {g.size:>4} points × {len(g.seeds)} seeds = {g.n_runs} runs")
         return 0
+    grid = _grid_with_sets(apply_basis(load_grid(suite_path(args.suite)), args.basis), args.set)
+    if args.list:  # without --out: an empty folder, so nothing counts as finished
+        with tempfile.TemporaryDirectory(prefix="featureode-list-") as empty:
+            print(list_text(grid, plan(grid, args.out or empty, yes=True), False, args.jobs))
+        return 0
+    if args.out is None:
+        raise GridError(f"validate {args.suite} needs --out DIR (the sweep's folder); only --list runs without it")
     executor = make_executor(args.executor, args.jobs, args.scheduler)
     try:
         res = run_sweep(grid, args.out, executor, force=args.force, progress=not args.quiet,
@@ -303,8 +314,8 @@ featureode: the feature ODE of a two-layer MLP trained by gradient flow on aniso
 
 SymPy derives the Hermite coefficients of activations and targets, the feature ODE predicting the loss curve is
 assembled from named terms, compiled and integrated, and validated against real PyTorch training of the network.
-Commands that take a CONFIG read one TOML file (see README "Configuration"); without one they use the built-in
-default run (staircase(2), d = 16, width 1024, richness 0.5)."""
+Commands that take a CONFIG read one TOML file (docs/guide/configuration.md), --set TABLE.KEY=VALUE changes a key;
+without one they use the built-in default run (staircase(2), d = 16, width 1024, richness 0.5)."""
 
 EPILOG = """\
 examples:
@@ -481,11 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="change a key of the grid's base config (not an axis), as in compare --set; repeatable")
 
     v = add("validate", cmd_validate, "run a shipped validation suite (a grid file: ODE vs MLP) as a sweep")
-    v.add_argument("suite", choices=suite_names(), help="grid files in featureode/suites/")
-    v.add_argument("--out", type=_out_dir, required=True, metavar="DIR", help="output folder (DIR/runs/CASE per run, results.csv, "
-                   "summary.md)")
+    v.add_argument("suite", nargs="?", choices=suite_names(), help="grid files in featureode/suites/ (with --list "
+                   "alone: every suite and its size)")
+    v.add_argument("--out", type=_out_dir, metavar="DIR", help="output folder (DIR/runs/CASE per run, results.csv, "
+                   "summary.md); needed except with --list")
     executor_options(v, "target")
-    v.add_argument("--list", action="store_true", help="print the suite's points, their count and a time estimate")
+    v.add_argument("--list", action="store_true", help="print the suite's points, their count and a time estimate "
+                   "(the ones already finished in --out DIR if given); without a suite: the suites")
 
     sw = add("sweep", cmd_sweep, "run every point of a grid file: DIR/results.csv, DIR/summary.md, DIR/runs/")
     sw.add_argument("grid", help="grid file (TOML: base, [set], [grid], [zip], [sweep])")

@@ -79,5 +79,15 @@ def test_validate_list_and_sweep_set(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "4 points × 1 seeds = 4 runs" in text and "z0_z1_d8_g0.5" in text
     assert not (tmp_path / "v").exists()  # listing runs nothing
+    assert main(["validate", "quick", "--list"]) == 0  # no folder needed to list
+    assert "4 points × 1 seeds = 4 runs" in capsys.readouterr().out
+    from featureode.workflow.grid import load_grid, suite_names, suite_path
+
+    assert main(["validate", "--list"]) == 0  # the suites, each with its size
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == suite_names()
+    assert all(f"= {load_grid(suite_path(ln.split()[0])).n_runs} runs" in ln for ln in lines)
+    assert main(["validate", "quick"]) == 2 and "needs --out DIR" in capsys.readouterr().err
+    assert main(["validate"]) == 2 and "name a suite" in capsys.readouterr().err
     assert main(["validate", "quick", "--out", str(tmp_path / "v"), "--list", "--set", "network.richness=1"]) == 2
     assert "network.richness is an axis" in capsys.readouterr().err

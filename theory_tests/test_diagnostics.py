@@ -37,7 +37,8 @@ def test_one_row_of_four_panels_per_variant_on_a_log_time_axis():
     assert len(fig.axes) == 8
     assert all(ax.get_xscale() == "log" for ax in fig.axes)
     lines = fig.axes[0].get_lines()
-    measured = next(line for line in lines if line.get_label() == "z0 measured")
+    measured = next(line for line in lines if line.get_label() == "$z_{0}$ measured")  # modes in mathtext
+    assert {line.get_label() for line in lines} >= {"$z_{0} z_{1}$ measured", "$z_{0} z_{1}$ displacement"}
     np.testing.assert_allclose(measured.get_ydata(), (1 + 0.01 * T)[1:])      # λ(t)/λ(0), t > 0 only
     assert "lambda_parts" not in _texts(fig) and "⟨a²⟩" not in _texts(fig)
 

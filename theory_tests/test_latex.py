@@ -52,12 +52,15 @@ def test_document_shows_terms_variants_and_constants():
 
 
 @pytest.mark.skipif(not latex_ready(), reason=NO_LATEX)
-@pytest.mark.parametrize("basis", ["target", "extended", "long"])
+@pytest.mark.parametrize("basis", ["target", "extended", "long", "resummed"])
 def test_document_compiles_with_pdflatex(tmp_path: Path, basis):
     """It compiles in one pass, and neither the setup paragraph, the term list nor the Constants section (spectrum,
     mode and level tables) overflows the page: pdflatex reports no overfull box on their lines ("long": 70 modes at
-    d = 70)."""
-    if basis == "long":
+    d = 70; "resummed": the resummed and rational laws, resummed's named sub-expressions listed after its term)."""
+    if basis == "resummed":
+        cfg = _cfg(variants=["resummed", "rational"])
+        theory = dataclasses.replace(make_theory("staircase(2)"), activation="relu", bias_std=0.5)
+    elif basis == "long":
         cfg = CFG.replace(data={"dim": 70})
         theory = theory_from_modes({f"z{i}": 70**-0.5 for i in range(70)}, dim=70)
     else:
@@ -77,6 +80,8 @@ def test_document_compiles_with_pdflatex(tmp_path: Path, basis):
     overfull = [int(a) for a in re.findall(r"Overfull \\hbox .* at lines (\d+)--\d+", log)]
     assert [a for a in overfull if a == setup or terms[0] <= a <= terms[1] or a >= constants] == [], log[-2000:]
     assert "Rerun" not in log
+    if basis == "resummed":
+        assert "with\n\\begin{align*}\n\\xi_{\\alpha} &= " in doc and r"\omega_{\alpha}^{2} &= " in doc
     if basis == "long":  # 70 rows: two tabulars of at most 40, each with the header
         assert doc.count(r"$\beta$ & $v_\beta$") == 2 and "$z_{69}$" in doc
 
@@ -191,16 +196,16 @@ def _pdflatex(folder: Path, name: str) -> str:
 @pytest.mark.skipif(not latex_ready(), reason=NO_LATEX)
 def test_fragment_and_a_pdf_figure_drop_into_a_two_column_paper(tmp_path: Path):
     """A plain article with amsmath alone \\inputs the fragment of every built-in closure; a two-column article
-    with the fragment of lazy, agop, displacement, second_order and rational on the extended basis (the long second-order
-    growth broken over two lines) and the report figure in PDF (column style) compiles with no overfull box over
-    1 pt. (resummed's growth is one product about 80 pt wider than a column: not in the two-column check.)"""
+    with the fragment of every built-in closure on the extended basis, with and without the term names (the long
+    second-order growth broken over two lines; resummed's growth in its named sub-expressions ξ_α, ζ_α, ω_α, each
+    on its own line) and the report figure in PDF (column style) compiles with no overfull box over 1 pt."""
     from test_figures import _report
 
     every = _cfg(variants=["lazy", "agop", "displacement", "second_order", "resummed", "rational"], basis="extended")
     (tmp_path / "every.tex").write_text(derive_fragment(every))
-    cfg = _cfg(variants=["lazy", "agop", "displacement", "second_order", "rational"], basis="extended")
-    (tmp_path / "ode.tex").write_text(derive_fragment(cfg))
+    (tmp_path / "ode.tex").write_text(derive_fragment(every) + "\nText.\n" + derive_fragment(every, labels=False))
     assert r"\begin{aligned}[t]" in (tmp_path / "ode.tex").read_text()
+    assert r"\xi_{\alpha} &= " in (tmp_path / "ode.tex").read_text()
     _report().write(tmp_path, fmt="pdf", style="column")
     (tmp_path / "plain.tex").write_text("\\documentclass{article}\n\\usepackage{amsmath}\n\\begin{document}\n"
                                         "\\input{every}\n\\end{document}\n")

@@ -5,7 +5,8 @@ import statistics
 
 import numpy as np
 import pytest
-from matplotlib.collections import LineCollection
+import matplotlib
+from matplotlib.collections import LineCollection, QuadMesh
 
 from featureode.cli import main
 from featureode.export.style import label
@@ -52,7 +53,8 @@ def test_heatmap_cells_axes_contour_and_centred_colours():
             for i, d in enumerate(DIMS):
                 vals = [_ratio(v, g, d, s) for s in (0, 1, 2)]
                 assert texts[(j, i)] == f"{statistics.fmean(vals):.3g}\n±{statistics.stdev(vals):.2g}"
-        im = ax.images[0]
+        (im,) = [c for c in ax.collections if isinstance(c, QuadMesh)]  # vector cells, no image
+        assert not ax.images and im.get_array().shape == (len(DIMS), len(GAMMAS))
         assert im.norm(1.0) == pytest.approx(0.5)  # diverging map centred on ratio 1
         assert im.norm(1 / 1.3) == pytest.approx(1 - im.norm(1.3))  # symmetric in log ratio
         (band,) = [c for c in ax.collections if isinstance(c, LineCollection)]
@@ -67,6 +69,40 @@ def test_heatmap_cells_axes_contour_and_centred_colours():
                    for a, b in inside)
         assert len(band.get_segments()) == want
     fig.savefig(__import__("io").BytesIO(), format="png")  # renders without pyplot
+
+
+def _images(pdf: bytes) -> int:
+    """Image XObjects in an uncompressed PDF (saved with ``pdf.compression = 0``)."""
+    assert b"/FlateDecode" not in pdf  # the streams are readable: an image would show as /Subtype /Image
+    return pdf.count(b"/Subtype /Image")
+
+
+def test_heatmap_is_vector_in_a_pdf_and_still_a_png(tmp_path):
+    """A phase diagram saved as PDF (``save_figure``, ``plot --format pdf``, the paper style) embeds no image:
+    the cells and the colour bar's ramp are vector paths, the cell colours those of the norm at the cell means;
+    as PNG it is a picture of the figure's size at the style's dpi."""
+    from PIL import Image
+
+    from featureode.export.style import save_figure
+
+    rows = _rows()
+    write_results(tmp_path, ["network.richness", "data.dim", *RESULT_COLUMNS], rows)
+    fig = phase_figure(rows, "network.richness", "data.dim", "t10_ratio", style="paper")
+    (ax,) = [a for a in fig.axes if a.get_title() == "lazy"]
+    (mesh,) = [c for c in ax.collections if isinstance(c, QuadMesh)]
+    means = [[statistics.fmean(_ratio("lazy", g, d, s) for s in (0, 1, 2)) for g in GAMMAS] for d in DIMS]
+    with matplotlib.rc_context({"pdf.compression": 0}):
+        pdf = save_figure(fig, tmp_path / "phase.pdf", style="paper")
+        assert main(["plot", str(tmp_path), "--x", "network.richness", "--y", "data.dim", "--format", "pdf",
+                     "--style", "paper", "--out", str(tmp_path / "cli.pdf")]) == 0
+    for path in (pdf, tmp_path / "cli.pdf"):
+        data = path.read_bytes()
+        assert data[:5] == b"%PDF-" and _images(data) == 0, path
+        assert data.count(b" re") + data.count(b" l") > 50  # the cells and the ramp as paths
+    png = save_figure(fig, tmp_path / "phase.png", style="paper")
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size[0] > 300 and len(im.convert("RGB").getcolors(10**6)) > 20
+    np.testing.assert_allclose(mesh.get_facecolors(), mesh.cmap(mesh.norm(np.ravel(means))), atol=1e-12)  # drawn
 
 
 def test_line_with_seed_error_bars_and_one_variant():
@@ -122,6 +158,7 @@ def test_curves_of_an_ode_only_sweep_read_back_from_its_curve_file(tmp_path, cap
     """``featureode plot DIR --metric loss``: the curves of an ODE-only sweep (kept in its one columnar file, not in
     the run folders), one line per run coloured by --x; each line is the run's L(t)/L(0) as solve_config computes it
     for the run's config, and the lazy one is the closed form exp(−2λt) of the one-mode lazy flow."""
+    from featureode.export.style import save_figure
     from featureode.kernel.theory import kernel_theory
     from featureode.ode.solve import solve_config
     from featureode.workflow.grid import grid_from_dict
@@ -149,6 +186,17 @@ def test_curves_of_an_ode_only_sweep_read_back_from_its_curve_file(tmp_path, cap
                 lam = kernel_theory(task.config()).lambda_exact[0]
                 np.testing.assert_allclose(seg[:, 1], np.exp(-2 * lam * seg[:, 0]), rtol=1e-6)
         assert len({tuple(c) for c in lines.get_colors()}) == 3            # one colour per γ
+    from featureode.export.style import new_figure
+
+    mine = new_figure((6.0, 3.0))   # the caller's axes: one per panel, drawn into, no title set
+    axes = mine.subplots(1, 2)
+    assert curves_figure(tmp_path, "network.richness", variant=["lazy", "displacement"], ax=axes) is mine
+    assert [a.get_title() for a in axes] == ["lazy", "displacement"] and not mine.get_suptitle()
+    assert all(len(a.collections[0].get_segments()) == 3 for a in axes)
+    with pytest.raises(PlotError, match="give ax as 2 axes"):
+        curves_figure(tmp_path, "network.richness", ax=axes[0])
+    with matplotlib.rc_context({"pdf.compression": 0}):  # the colour bar's ramp stays vector
+        assert _images(save_figure(fig, tmp_path / "curves.pdf").read_bytes()) == 0
     out = tmp_path / "curves.png"
     assert main(["plot", str(tmp_path), "--x", "network.richness", "--metric", "loss", "--out", str(out)]) == 0
     assert out.stat().st_size > 0 and "wrote" in capsys.readouterr().out

@@ -108,6 +108,11 @@ def test_figure_labels_crossings_targets_and_colours():
     # the targets v_β as horizontal lines on the mode panel
     flat = {round(float(line.get_ydata()[0]), 12) for line in axes[1].lines if len(set(line.get_ydata())) == 1}
     assert flat >= {0.8, 0.6}
+    # modes in mathtext: the legend and the target notes (z0 → z_{0}, z0*z1 → z_{0} z_{1})
+    legend = [x.get_text() for x in axes[1].get_legend().get_texts()]
+    assert legend[:2] == ["$z_{0}$", "$z_{0} z_{1}$"]
+    notes = {x.get_text() for x in axes[1].texts}
+    assert notes == {"target $v_{z_{0}} = 0.8$", "target $v_{z_{0} z_{1}} = 0.6$"}
     # one colour per variant, the same in the loss panel and the mode panel
     colours = variant_colours(["lazy", "displacement"])
     in_loss = {line.get_label(): to_rgba(line.get_color()) for line in axes[0].lines}

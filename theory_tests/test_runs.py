@@ -3,6 +3,7 @@ removing stale results, unwritable folders and damaged result files as one-line 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import multiprocessing
 import os
@@ -120,10 +121,23 @@ def _hold(folder: str, seconds: float, ready) -> None:
     runs.release(folder)
 
 
-def _child(folder, seconds: float):
+def _no_flock(fd: int, op: int) -> None:
+    """``fcntl.flock`` on a file system without it (some cluster file systems): ENOSYS."""
+    raise OSError(errno.ENOSYS, "Function not implemented")
+
+
+def _hold_without_flock(folder: str, seconds: float, ready) -> None:
+    """Child process: :func:`_hold` where ``flock`` fails."""
+    import fcntl
+
+    fcntl.flock = _no_flock
+    _hold(folder, seconds, ready)
+
+
+def _child(folder, seconds: float, target=_hold):
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
-    proc = ctx.Process(target=_hold, args=(str(folder), seconds, ready))
+    proc = ctx.Process(target=target, args=(str(folder), seconds, ready))
     proc.start()
     assert ready.wait(60), "the child did not take the lock"
     return proc
@@ -143,6 +157,27 @@ def test_lock_refuses_a_second_process_naming_the_folder_and_pid(tmp_path, monke
     finally:
         proc.kill()
         proc.join()
+
+
+@pytest.mark.filterwarnings("ignore:flock not supported:UserWarning")  # filelock 4 says so when it falls back
+def test_lock_without_flock_is_the_soft_lock_and_still_refuses_a_second_process(tmp_path, monkeypatch):
+    """Where ``flock`` fails (ENOSYS), the folder lock is filelock's soft lock: a second process is still refused,
+    naming the holder; once the holder is gone the folder can be locked again."""
+    import fcntl
+
+    monkeypatch.setattr(fcntl, "flock", _no_flock)
+    proc = _child(tmp_path, 30.0, _hold_without_flock)
+    try:
+        with pytest.raises(runs.FolderInUseError, match=f"pid {proc.pid}"):
+            runs.acquire(tmp_path, wait=0.3)
+    finally:
+        proc.kill()
+        proc.join()
+    # filelock 3's soft lock (runs._soft_lock) outlives a killed holder; filelock 4 falls back inside FileLock and
+    # finds a dead holder's lock stale
+    (tmp_path / (runs.LOCK + ".soft")).unlink(missing_ok=True)
+    with runs.locked(tmp_path, wait=1.0):
+        assert (tmp_path / runs.PID_FILE).read_text() == str(os.getpid())
 
 
 def test_lock_waits_for_a_short_holder(tmp_path):

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import sympy as sp
 
 from _ode_theories import make_theory
 from featureode.ode import terms as ode
@@ -72,6 +73,25 @@ def test_resummed_law_is_the_exact_flow_of_a_linear_network():
         _, _, lam = compiled.observe(np.array([0.0, D]), *inputs)
         rho = lam[0] / inputs[system.inputs.index("lam0")][0]
         assert rho == pytest.approx(math.cosh(2 * gamma * math.sqrt(G3[0]) * D), rel=1e-6)  # S from differences
+
+
+def test_a_term_with_named_sub_expressions_compiles_its_body_and_prints_them():
+    """resummed's body is its compact law with ξ_α, ζ_α, ω_α put in (no name left for the compiler); the printed
+    system shows the compact law and each definition on its own row; a compact form that is not the body, or
+    definitions in a cycle, are refused."""
+    term = ode.RESUMMED_GROWTH
+    assert {x.base for x in term.body.atoms(sp.Indexed)} <= {ode.D, ode.U, ode.V, ode.Sd}
+    assert term.compact.has(ode.xi) and term.compact.has(ode.zeta)
+    tex = system_latex(Variant("resummed").system())
+    assert r"\xi_{\alpha} &= " in tex and r"\zeta_{\alpha} &= " in tex and r"\omega_{\alpha}^{2} &= " in tex
+    assert r"\sinh" not in tex.split(r"\xi_{\alpha} &= ")[0]  # the growth itself in ξ, ζ
+    with pytest.raises(ode.AssemblyError, match="defined_term"):
+        ode.Term("bad", ode.D[ode.alpha], (), sp.Integer(1), "", ode.xi[ode.alpha],
+                 (ode.Definition(ode.xi, ode.alpha, 2 * ode.D[ode.alpha]),))
+    cycle = (ode.Definition(ode.xi, ode.alpha, ode.zeta[ode.alpha]),
+             ode.Definition(ode.zeta, ode.alpha, ode.xi[ode.alpha]))
+    with pytest.raises(ode.AssemblyError, match="cycle"):
+        ode.defined_term("bad", ode.xi[ode.alpha], cycle, (), sp.Integer(1), "")
 
 
 def test_eigenvalue_laws_replace_eigen_growth_and_keep_r_at_one():

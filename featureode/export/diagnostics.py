@@ -30,7 +30,8 @@ from featureode.core.errors import FeatureODEError
 from featureode.calculus.hermite import Mode
 from featureode.kernel.parametrization import PARTS
 from featureode.export.report import _positive
-from featureode.export.style import PAPER_MIN_FONT_PT, figure_bytes, label, new_figure, styled, variant_colour
+from featureode.export.style import (PAPER_MIN_FONT_PT, figure_bytes, label, mode_label, mode_tex, new_figure, styled,
+                                     variant_colour)
 from featureode.results.trajectory import Trajectory, write_bytes
 
 MAX_DIRECTIONS = 4
@@ -121,9 +122,9 @@ def _diagnostics(mlp: Trajectory, variants: Mapping[str, Trajectory], modes: Seq
                 zero.append(m)
                 continue
             if pred is not None:
-                ax_l.plot(t_o[pos_o], pred[pos_o], color=c, label=f"{m} {name}")
+                ax_l.plot(t_o[pos_o], pred[pos_o], color=c, label=f"{mode_label(m)} {name}")
             if meas is not None:
-                ax_l.plot(t_m[pos_m], meas[pos_m], color=c, ls="--", label=f"{m} measured")
+                ax_l.plot(t_m[pos_m], meas[pos_m], color=c, ls="--", label=f"{mode_label(m)} measured")
         if zero:
             _note(ax_l, "λ(0) = 0, no growth ratio: " + ", ".join(zero), small)
         if mlp.lam is None:
@@ -155,19 +156,19 @@ def _diagnostics(mlp: Trajectory, variants: Mapping[str, Trajectory], modes: Seq
                           label=f"{part} {name}" if pred_arr is not None else f"all parts {name}")
         if not have_parts:
             _note(ax_p, "no measured lambda_parts in the simulation", small)
-        ax_p.set_title(f"parts of $\\lambda$({lead})", fontsize=max(small, 8))
+        ax_p.set_title(f"parts of $\\lambda_{{{mode_tex(lead)}}}$", fontsize=max(small, 8))
         # 3. r_i(t)
         flat_r = traj.r is not None and bool(np.all(np.asarray(traj.r) == 1.0))
         if flat_r:
-            _note(ax_r, f"{name}: r_i ≡ 1 (no direction law)", small)
+            _note(ax_r, f"{name}: $r_i \\equiv 1$ (no direction law)", small)
         for k, i in enumerate(dims):
             c = colors[k % 10]
             if traj.r is not None and not flat_r and np.asarray(traj.r).shape[1] > i:
-                ax_r.plot(t_o[pos_o], np.asarray(traj.r)[pos_o, i], color=c, label=f"r_{i} {name}")
+                ax_r.plot(t_o[pos_o], np.asarray(traj.r)[pos_o, i], color=c, label=f"$r_{{{i}}}$ {name}")
             if mlp.r is not None and np.asarray(mlp.r).shape[1] > i:
-                ax_r.plot(t_m[pos_m], np.asarray(mlp.r)[pos_m, i], color=c, ls="--", label=f"r_{i} measured")
+                ax_r.plot(t_m[pos_m], np.asarray(mlp.r)[pos_m, i], color=c, ls="--", label=f"$r_{{{i}}}$ measured")
         if mlp.r is None:
-            _note(ax_r, "no measured r_i(t) in the simulation", small)
+            _note(ax_r, "no measured $r_i(t)$ in the simulation", small)
         ax_r.set_title(label("r"), fontsize=max(small, 8))
         # 4. ⟨a²⟩
         a2 = mlp.get("a2")

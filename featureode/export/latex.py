@@ -161,10 +161,28 @@ class _Printer(LatexPrinter):
         body, label = self.fill[name]
         tex = self._print(body)
         if self.wrap and isinstance(body, sp.Add) and len(tex) > BREAK_CHARS:  # a long sum: a term per line
-            terms = [self._print(t) for t in self._as_ordered_terms(body)]
-            lines = [terms[0]] + [f"- {t[1:].lstrip()}" if t.startswith("-") else f"+ {t}" for t in terms[1:]]
-            tex = r"\begin{aligned}[t] &" + r" \\ &".join(lines) + r"\end{aligned}"
+            tex = r"\begin{aligned}[t] &" + r" \\ &".join(self.sum_lines(body)) + r"\end{aligned}"
         return rf"\underbrace{{{tex}}}_{{\text{{{label}}}}}"
+
+    def sum_lines(self, body: sp.Add) -> list[str]:
+        """The terms of a sum, each signed (``+ t``, ``- t``) after the first: one per line."""
+        terms = [self._print(t) for t in self._as_ordered_terms(body)]
+        return [terms[0]] + [f"- {t[1:].lstrip()}" if t.startswith("-") else f"+ {t}" for t in terms[1:]]
+
+    def row(self, expr: sp.Expr) -> str:
+        """``expr`` as (the rest of) an ``align`` row; with ``wrap``, a product with one long bracketed sum
+        (``s ((1 + …)² + Σ …)``, the plain equations) breaks it a term per line between ``\biggl(`` and
+        ``\biggr)``."""
+        tex = self.doprint(expr)
+        if not self.wrap or len(tex) <= BREAK_CHARS or not isinstance(expr, sp.Mul):
+            return tex
+        sums = [f for f in expr.args if isinstance(f, sp.Add)]
+        if len(sums) != 1 or expr.could_extract_minus_sign() or any(
+                isinstance(f, sp.Pow) and f.exp.is_negative for f in expr.args):
+            return tex
+        rest = expr.func(*[f for f in expr.args if f is not sums[0]])
+        return (("" if rest == 1 else self.doprint(rest) + " ") + r"\biggl("
+                + r" \\ &\qquad ".join(self.sum_lines(sums[0])) + r"\biggr)")
 
 
 def expr_latex(expr: sp.Expr) -> str:
@@ -172,12 +190,31 @@ def expr_latex(expr: sp.Expr) -> str:
     return _Printer().doprint(expr)
 
 
+def definition_rows(term: ode.Term, printer: LatexPrinter | None = None) -> list[str]:
+    """``"ξ_α &= …"`` per named sub-expression of ``term`` (:class:`featureode.ode.terms.Definition`), a square
+    root shown as its square (``ω_α^2 = \bar S_α/2``)."""
+    printer = printer or _Printer()
+    rows = []
+    for w in term.where:
+        lhs, rhs = w.name[w.index], w.expr
+        if sp.count_ops(rhs ** 2) < sp.count_ops(rhs):
+            lhs, rhs = lhs ** 2, rhs ** 2
+        rows.append(rf"{printer.doprint(lhs)} &= {printer.doprint(rhs)}")
+    return rows
+
+
+def _shown(term: ode.Term) -> sp.Expr:
+    """A term's body as printed: its compact form where it has named sub-expressions."""
+    return term.body if term.compact is None else term.compact
+
+
 def _fill(system: ode.System) -> dict[str, tuple[sp.Expr, str]]:
-    """Each term placeholder of ``system``: its body (a removed term: its neutral value) and its brace label."""
+    """Each term placeholder of ``system``: its body as printed (a removed term: its neutral value) and its brace
+    label."""
     fill = {}
     for t in system.terms:
         mark = " (replaced)" if t.name in system.replaced else ""
-        fill[t.name] = (t.body, rf"\texttt{{{tex_text(t.name)}}}{mark}")
+        fill[t.name] = (_shown(t), rf"\texttt{{{tex_text(t.name)}}}{mark}")
     for name in system.removed:
         term = next(t for t in _all_terms() if t.name == name)
         fill[name] = (term.neutral, rf"removed: \texttt{{{tex_text(name)}}}")
@@ -187,8 +224,11 @@ def _fill(system: ode.System) -> dict[str, tuple[sp.Expr, str]]:
 def assignment_rows(system: ode.System, labels: bool = True, wrap: bool = False) -> list[tuple[str, str]]:
     """``(name, "LHS &= RHS")`` per assignment of ``system``; ``labels``: each term under a brace with its name,
     else the plain equation (the term bodies put in place); ``wrap``: a braced sum longer than
-    :data:`BREAK_CHARS` one term per line."""
+    :data:`BREAK_CHARS` one term per line (a plain product with a long sum: :meth:`_Printer.row`). A term with
+    named sub-expressions is printed in its compact form, the definitions on their own rows after its assignment
+    (:func:`definition_rows`)."""
     fill = _fill(system)
+    defined = {t.name: t for t in system.terms if t.where}
     printer = _Printer(fill if labels else {}, system.space, wrap)
     rows = []
     for a in system.assignments:
@@ -199,9 +239,12 @@ def assignment_rows(system: ode.System, labels: bool = True, wrap: bool = False)
         if not labels:
             parts = [x.xreplace({f: fill[type(f).__name__][0] for f in x.atoms(AppliedUndef)
                                  if type(f).__name__ in fill}) for x in parts]
-        texts = [printer.doprint(x) for x in parts]
+        texts = [printer.row(x) for x in parts]
         body = texts[0] + "".join(rf" \\ &\qquad {'- ' + t[1:].lstrip() if t.startswith('-') else '+ ' + t}"
                                   for t in texts[1:])
+        uses = [defined[type(x).__name__] for x in template.atoms(AppliedUndef) if type(x).__name__ in defined]
+        body += "".join(r" \\ " + row for t in sorted(uses, key=lambda t: t.name)
+                        for row in definition_rows(t, printer))
         rows.append((a.name, rf"{_LHS[a.name]} &= {body}"))
     return rows
 
@@ -449,7 +492,9 @@ def derive_document(cfg: Config, theory: KernelTheory | None = None, labels: boo
               and v.closure_obj.term.name not in {t.name for t in terms}]
     # each term's body on its own displayed line: an inline formula cannot break and overflowed the margin
     items = "\n".join(rf"\item[\texttt{{{tex_text(t.name)}}}] {doc_latex(t.doc)}:"
-                      rf"\[ {expr_latex(t.body)} \qquad \text{{(removed: ${expr_latex(t.neutral)}$)}} \]"
+                      rf"\[ {expr_latex(_shown(t))} \qquad \text{{(removed: ${expr_latex(t.neutral)}$)}} \]"
+                      + ("" if not t.where else "with\n\\begin{align*}\n" + " \\\\\n".join(definition_rows(t))
+                         + "\n\\end{align*}")
                       for t in terms)
     parts = [r"\documentclass[11pt]{article}", r"\usepackage[margin=2cm]{geometry}",
              r"\usepackage{amsmath,amssymb,booktabs}",

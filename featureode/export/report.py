@@ -30,6 +30,8 @@ from featureode.export.style import (  # noqa: F401  (variant_colours re-exporte
     PAPER_MIN_FONT_PT,
     figure_bytes,
     label,
+    mode_label,
+    mode_tex,
     new_figure,
     styled,
     variant_colour,
@@ -433,7 +435,7 @@ def _mode_panels(ax_f: Any, ax_l: Any, report: Report, shown_variants: Sequence[
         ax.set(xscale="log", xlabel=label("t"), ylabel=label(key), title=full)
         if key == "lambda":
             ax.set_yscale("log")
-        handles = [Line2D([], [], color="0.3", ls=style[m], label=m) for m in shown]
+        handles = [Line2D([], [], color="0.3", ls=style[m], label=mode_label(m)) for m in shown]
         handles += [Line2D([], [], color=MLP_COLOUR, marker="o", ms=3, ls="none", label="MLP")]
         handles += [Line2D([], [], color=variant_colour(n), lw=1.6 * scale, label=f"ODE {n}")
                     for n in shown_variants]
@@ -446,5 +448,5 @@ def _mode_panels(ax_f: Any, ax_l: Any, report: Report, shown_variants: Sequence[
         groups.setdefault(round(float(target[mode]), 12), []).append(mode)
     for value, modes in groups.items():
         ax_f.axhline(value, color="0.6", lw=0.9 * scale, ls=style[modes[0]], zorder=0)
-        ax_f.text(0.01, value, "target " + " = ".join(f"v[{m}]" for m in modes) + f" = {value:.3g}",
-                  transform=at_left, ha="left", va="bottom", fontsize=small, color="0.35")
+        ax_f.text(0.01, value, "target $" + " = ".join(f"v_{{{mode_tex(m)}}}" for m in modes) + f" = {value:.3g}$",
+                  transform=at_left, ha="left", va="top", fontsize=small, color="0.35")

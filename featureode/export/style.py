@@ -51,6 +51,23 @@ LABELS: dict[str, str] = {
 }
 
 
+def mode_tex(mode: str) -> str:
+    """A mode name in math (without the ``$``): ``z0*z1`` → ``z_{0} z_{1}``, ``h3(z0)`` → ``h_{3}(z_{0})``
+    (:func:`featureode.export.latex.mode_latex`, the LaTeX document's form); a name that is not a mode as written."""
+    from featureode.calculus.hermite import Mode, ModeError
+    from featureode.export.latex import mode_latex, tex_text
+
+    try:
+        return mode_latex(Mode.parse(mode))
+    except ModeError:
+        return rf"\mathrm{{{tex_text(mode)}}}"
+
+
+def mode_label(mode: str) -> str:
+    """A mode name as a mathtext label: ``z0*z1`` → ``$z_{0} z_{1}$`` (:func:`mode_tex`)."""
+    return f"${mode_tex(mode)}$"
+
+
 def variant_colour(name: str) -> str:
     """The colour of variant ``name`` in every figure (see the module docstring); ``"MLP"``/``"mlp"`` is black."""
     if name in VARIANT_COLOURS:
@@ -187,6 +204,17 @@ def save_figure(fig: Any, path: "str | Path", fmt: str | None = None,
         path = path.with_suffix(f".{kind}")
     write_bytes(path, figure_bytes(fig, kind, style))
     return path
+
+
+def vector_colorbar(fig: Any, mappable: Any, **kwargs: Any) -> Any:
+    """``fig.colorbar(mappable, **kwargs)`` whose colour ramp stays vector in a PDF or SVG (matplotlib rasterizes a
+    ramp of 50 steps or more, an image in the file); its steps edged in their own colour, so no seam shows."""
+    bar = fig.colorbar(mappable, **kwargs)
+    if bar.solids is not None:
+        bar.solids.set_rasterized(False)
+        bar.solids.set_edgecolor("face")
+        bar.solids.set_linewidth(0.3)
+    return bar
 
 
 def new_figure(figsize: tuple[float, float], layout: str | None = None) -> Any:

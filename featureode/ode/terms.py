@@ -110,15 +110,49 @@ NAMESPACE: dict[str, object] = {
 # terms
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Definition:
+    """A named sub-expression of a term's printed form, ``name[index] = expr`` (``ξ_α = sinh(ω_α √q D_α)/ω_α``): the
+    printer shows it on its own line; the term's ``body`` has it put in (:meth:`put_in`)."""
+
+    name: sp.IndexedBase
+    index: sp.Symbol
+    expr: sp.Expr
+
+    def put_in(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` with every ``name[k]`` replaced by this definition at index ``k``."""
+        return expr.replace(lambda e: isinstance(e, sp.Indexed) and e.base == self.name,
+                            lambda e: self.expr.xreplace({self.index: e.indices[0]}))
+
+
+def put_in(expr: sp.Expr, where: Sequence[Definition]) -> sp.Expr:
+    """``expr`` with the definitions ``where`` put in (a definition may use the ones after it)."""
+    for _ in range(len(where) + 1):
+        names = {w.name for w in where}
+        if not any(x.base in names for x in expr.atoms(sp.Indexed)):
+            return expr
+        for w in where:
+            expr = w.put_in(expr)
+    raise AssemblyError("the definitions of a term refer to each other in a cycle; define each from the ones after it")
+
+
+@dataclass(frozen=True)
 class Term:
     """A named piece of the system: ``body`` with free indices ``index``; removing it puts ``neutral`` in its place
-    (0 for an additive term, 1 for a factor)."""
+    (0 for an additive term, 1 for a factor). ``compact`` and ``where``: the body as printed, in named
+    sub-expressions (:class:`Definition`) — ``body`` is ``compact`` with them put in (:func:`defined_term`)."""
 
     name: str
     body: sp.Expr
     index: tuple[sp.Symbol, ...]
     neutral: sp.Expr
     doc: str
+    compact: sp.Expr | None = None
+    where: tuple[Definition, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.compact is not None and put_in(self.compact, self.where) != self.body:
+            raise AssemblyError(f"term {self.name}: its body is not its compact form with the definitions put in; "
+                                "build it with defined_term")
 
     @property
     def placeholder(self) -> sp.Expr:
@@ -128,6 +162,13 @@ class Term:
     def with_body(self, body: sp.Expr) -> "Term":
         """The same term with another body (a user replacement)."""
         return Term(self.name, sp.sympify(body), self.index, self.neutral, self.doc)
+
+
+def defined_term(name: str, compact: sp.Expr, where: Sequence[Definition], index: tuple[sp.Symbol, ...],
+                 neutral: sp.Expr, doc: str) -> Term:
+    """A term printed as ``compact`` with the named sub-expressions ``where`` on their own lines (a formula too wide
+    for a column otherwise); its body is ``compact`` with them put in."""
+    return Term(name, put_in(compact, where), index, neutral, doc, compact, tuple(where))
 
 
 KERNEL_FLOW = Term("kernel_flow", lam[beta] * (v[beta] - f[beta]), (beta,), sp.Integer(0),
@@ -220,22 +261,27 @@ growth. It is the average of a square (``U_β`` is a Gram matrix), so ``ρ_β �
 For a linear activation ``S_{αα} = 2 g_α`` (``U = V = g_α``), where first-order ``displacement`` has
 ``c_1 g_α = g_α``.
 """
-_KAPPA = sp.sqrt(Sd[alpha] / 2)
-RESUMMED_GROWTH = Term("resummed_growth",
-                       _positive_law(sp.sinh(_KAPPA * sp.sqrt(q) * D[alpha]) / _KAPPA,
-                                     2 * sp.sinh(_KAPPA * sp.sqrt(q) * D[alpha] / 2) ** 2 / _KAPPA**2),
-                       (beta,), sp.Integer(1),
-                       "resummed second-order closure: the positive second-order law resummed along the "
-                       "hyperbolic per-neuron flow of each driving mode")
-"""``ρ_β = (1 + Σ_α V_{βα} c_α)² + Σ_{α,δ} U_{βαδ} s_α s_δ`` with ``s_α = sinh(κ_α x_α)/κ_α``,
-``c_α = (cosh(κ_α x_α) − 1)/κ_α²``, ``x_α = sqrt(q) D_α``, ``κ_α² = Sd_α/2 = max(S_{αα}, 10⁻³⁰)/2``.
+#: the named sub-expressions of the resummed law (printing only): first- and second-order driving functions ξ_α, ζ_α
+#: and the rapidity ω_α (``xi``, ``zeta``, ``omega``: not inputs, put in before compiling)
+xi, zeta, omega = sp.IndexedBase("xi"), sp.IndexedBase("zeta"), sp.IndexedBase("omega")
+RESUMMED_GROWTH = defined_term(
+    "resummed_growth", _positive_law(xi[alpha], zeta[alpha]),
+    (Definition(xi, alpha, sp.sinh(omega[alpha] * sp.sqrt(q) * D[alpha]) / omega[alpha]),
+     Definition(zeta, alpha, 2 * sp.sinh(omega[alpha] * sp.sqrt(q) * D[alpha] / 2) ** 2 / omega[alpha] ** 2),
+     Definition(omega, alpha, sp.sqrt(Sd[alpha] / 2))),
+    (beta,), sp.Integer(1),
+    "resummed second-order closure: the positive second-order law resummed along the "
+    "hyperbolic per-neuron flow of each driving mode")
+"""``ρ_β = (1 + Σ_α V_{βα} ζ_α)² + Σ_{α,δ} U_{βαδ} ξ_α ξ_δ`` with ``ξ_α = sinh(ω_α x_α)/ω_α``,
+``ζ_α = (cosh(ω_α x_α) − 1)/ω_α² = 2 sinh²(ω_α x_α/2)/ω_α²``, ``x_α = sqrt(q) D_α``,
+``ω_α² = Sd_α/2 = max(S_{αα}, 10⁻³⁰)/2`` (printed so, ξ, ζ, ω on their own lines: :func:`defined_term`).
 
 Resummation. The second-order law keeps ``u = u_0 + x u_1 + ½ x² u_2``; if the per-neuron gradient obeys
-``u‴ = κ² u′`` along the flow (true for a linear activation, where ``(a, ŵ_α/sqrt(g_α))`` rotates hyperbolically
-with rapidity ``sqrt(g_α)``), the whole series is ``u = u_0 + (sinh κx/κ) u_1 + ((cosh κx − 1)/κ²) u_2``; with
+``u‴ = ω² u′`` along the flow (true for a linear activation, where ``(a, ŵ_α/sqrt(g_α))`` rotates hyperbolically
+with rapidity ``sqrt(g_α)``), the whole series is ``u = u_0 + (sinh ωx/ω) u_1 + ((cosh ωx − 1)/ω²) u_2``; with
 ``u_2`` projected on ``u_0`` as in :data:`SECOND_ORDER_GROWTH` the average of its square is the law above. The
-rapidity is fixed by the driving mode's own second-order growth, ``κ_α² = S_{αα}/2`` (for ``S_{αα} ≤ 0`` it
-falls back to ``κ → 0``, the second-order law). It agrees with ``second_order_growth`` to order ``D²``, is an
+rapidity is fixed by the driving mode's own second-order growth, ``ω_α² = S_{αα}/2`` (for ``S_{αα} ≤ 0`` it
+falls back to ``ω → 0``, the second-order law). It agrees with ``second_order_growth`` to order ``D²``, is an
 average of squares (``ρ_β ≥ 0``), and is exact for the driving mode of a linear network
 (``λ_α(D)/λ_α(0) = cosh(2 γ sqrt(g_α) D_α)``; for a non-driving mode ``z_1`` it gives
 ``((1 + cosh x)/2)² + sinh² x/2`` against the exact ``cosh² x``, ``x = γ sqrt(g_0) D_0``: the projection drops

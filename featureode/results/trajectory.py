@@ -468,7 +468,8 @@ class ODEResult:
     def __repr__(self) -> str:
         each = "; ".join(f"{k} t50 = {_g(v.t50)}, t10 = {_g(v.t10)}" + ("" if v.status.ok else f" ({_state(v.status)})")
                          for k, v in self.variants.items())
-        return (f"ODEResult({len(self.variants)} variants on the {self.basis} basis ({len(self.modes)} modes), "
+        n = len(self.variants)
+        return (f"ODEResult({n} variant{'' if n == 1 else 's'} on the {self.basis} basis ({len(self.modes)} modes), "
                 f"t_max = {_g(self.t_max)}: {each})")
 
     def to_pandas(self) -> Any:

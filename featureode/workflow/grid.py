@@ -338,7 +338,7 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
 def check_points(grid: Grid, points: list[Point] | None = None, progress: bool = True) -> None:
     """Every point's config is valid (with seed 0; seeds change nothing else); the error names the point. Over
     1000 points a progress bar (stderr) shows the checks."""
-    from tqdm import tqdm
+    from tqdm.auto import tqdm  # widgets in a notebook
 
     pts = points if points is not None else grid.points()
     for p in tqdm(pts, desc="checking points", unit="point", disable=not progress or len(pts) <= 1000,

@@ -3,7 +3,7 @@
 
 Over two keys a heatmap of the seed mean of a metric, one cell per (x, y), annotated; a ratio metric (ODE/MLP) uses a
 diverging colour map centred on 1 on a log scale symmetric about 1, and the contour of the region within ±10% of 1
-is drawn along the cell edges. Over one key a line with the seed
+is drawn along the cell edges; cells and colour bar are vector (a PDF embeds no image). Over one key a line with the seed
 standard deviation as error bars (the ±10% band shaded for ratios). One panel per variant unless one is named;
 several named variants of a line plot are overlaid on one axes, each in its colour of
 :func:`featureode.export.style.variant_colour`. An axis may be several keys varied together (``[zip]``), written
@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.collections import LineCollection
 
 from featureode.config import suggest
-from featureode.export.style import label, new_figure, save_figure, styled, variant_colour
+from featureode.export.style import label, new_figure, save_figure, styled, variant_colour, vector_colorbar
 from featureode.workflow.grid import Grid, slug
 from featureode.workflow.sweeps import RESULT_COLUMNS, SweepError, mean_sd, read_results
 
@@ -233,7 +233,12 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
         if m is not None:
             z[ys.index(yv), xs.index(xv)] = m
     cmap = "RdBu_r" if ratio else "viridis"
-    im = ax.imshow(np.ma.masked_invalid(z), cmap=cmap, norm=norm, aspect="auto", origin="lower")
+    # one vector quadrilateral per cell (an image would be embedded raster in a PDF): cell (i, j) spans
+    # [j - 1/2, j + 1/2] × [i - 1/2, i + 1/2], as imshow placed it; edges in the face colour close the seams some
+    # PDF viewers show between abutting cells; missing cells are not drawn (the grey axes shows)
+    im = ax.pcolormesh(np.arange(len(xs) + 1) - 0.5, np.arange(len(ys) + 1) - 0.5, np.ma.masked_invalid(z),
+                       cmap=cmap, norm=norm, shading="flat", edgecolors="face", linewidth=0.3, rasterized=False)
+    ax.set(xlim=(-0.5, len(xs) - 0.5), ylim=(-0.5, len(ys) - 0.5))
     ax.set_facecolor("0.85")
     ax.set_xticks(range(len(xs)), xlabels)
     ax.set_yticks(range(len(ys)), ylabels)
@@ -250,7 +255,7 @@ def _heatmap(fig: Figure, ax: Any, st: dict, xs: list[tuple], ys: list[tuple], n
         edges = band_edges(z)
         if edges:
             ax.add_collection(LineCollection(edges, colors="k", linewidths=2.0, label="±10% of 1"))
-    bar = fig.colorbar(im, ax=ax, shrink=0.9)
+    bar = vector_colorbar(fig, im, ax=ax, shrink=0.9)
     bar.set_label(label(metric))
     if ratio:
         fine = (0.9, 1.1) if norm.vmax < 1.6 else ()  # type: ignore[operator]  # the norm is built with both limits
@@ -301,12 +306,14 @@ CURVE_METRICS = {"loss": "ratio", "in_support_loss": "in_support_loss"}
 
 def curves_figure(out: "str | Path", x: str, quantity: str = "loss", variant: "str | Sequence[str] | None" = None,
                   where: dict[str, Any] | None = None, *, figsize: tuple[float, float] | None = None,
-                  style: "str | Mapping[str, Any] | None" = None) -> Figure:
+                  ax: Any = None, style: "str | Mapping[str, Any] | None" = None) -> Figure:
     """The curves of the sweep in ``out`` (``featureode plot DIR --metric loss --x KEY``): ``quantity`` (``"loss"``,
     ``L(t)/L(0)``, or ``"in_support_loss"``) against ``t``, one line per run, coloured by its value of the varied
     key ``x``; one panel per ODE variant (and one for the MLP of a trained sweep). Read through
     :func:`~featureode.workflow.table.load_sweep`: an ODE-only sweep's one curve file or each run's result files.
-    ``where``: keep the runs with these key values; ``variant``: the panels to draw (default every one)."""
+    ``where``: keep the runs with these key values; ``variant``: the panels to draw (default every one);
+    ``figsize``, ``ax`` (the caller's axes, one per panel; no title is set then) and ``style`` as for
+    :func:`phase_figure`."""
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
 
@@ -345,11 +352,20 @@ def curves_figure(out: "str | Path", x: str, quantity: str = "loss", variant: "s
     ncol = min(n, 3)
     nrow = math.ceil(n / ncol)
     with styled(style) as st:
-        size = figsize or st.size((4.6 * ncol + 1.0, 3.6 * nrow + 0.4), aspect=(3.6 * nrow + 0.4) / (4.6 * ncol + 1))
-        fig = new_figure(size, layout="constrained")
-        axes = list(fig.subplots(nrow, ncol, squeeze=False, sharex=True, sharey=True).ravel())
-        for a in axes[n:]:
-            a.set_visible(False)
+        if ax is None:
+            size = figsize or st.size((4.6 * ncol + 1.0, 3.6 * nrow + 0.4),
+                                      aspect=(3.6 * nrow + 0.4) / (4.6 * ncol + 1))
+            fig = new_figure(size, layout="constrained")
+            axes = list(fig.subplots(nrow, ncol, squeeze=False, sharex=True, sharey=True).ravel())
+            for a in axes[n:]:
+                a.set_visible(False)
+            own = True
+        else:
+            axes = list(np.ravel(np.asarray(ax, dtype=object)))
+            if len(axes) != n:
+                raise PlotError(f"these curves have {n} panel{'s' if n > 1 else ''} ({', '.join(names)}); give ax "
+                                f"as {n} axes, or choose the variant(s) to draw")
+            fig, own = axes[0].figure, False
         for a, name in zip(axes, names):
             part = frame[frame["name"] == name]
             segments, colours = [], []
@@ -366,12 +382,13 @@ def curves_figure(out: "str | Path", x: str, quantity: str = "loss", variant: "s
                 a.autoscale()
             a.set_title(name)
             a.set(xlabel=label("t"), ylabel=label("loss") if quantity == "loss" else "in-support loss")
-        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes[:n], label=label(x))
+        bar = vector_colorbar(fig, ScalarMappable(norm=norm, cmap=cmap), ax=axes[:n], label=label(x))
         if not numeric:
             bar.set_ticks(range(len(values)), labels=[_label(v) for v in values])
-        fixed_text = ", ".join(f"{label(k)} = {v}" for k, v in (where or {}).items())
-        fig.suptitle(f"{'loss' if quantity == 'loss' else 'in-support loss'} curves, one per run"
-                     + (f", {fixed_text}" if fixed_text else ""))
+        if own:
+            fixed_text = ", ".join(f"{label(k)} = {v}" for k, v in (where or {}).items())
+            fig.suptitle(f"{'loss' if quantity == 'loss' else 'in-support loss'} curves, one per run"
+                         + (f", {fixed_text}" if fixed_text else ""))
     return fig
 
 

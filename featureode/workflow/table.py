@@ -20,8 +20,8 @@ RESULT_COLUMNS = ("seed", "variant", "t50", "t10", "t50_ratio", "t10_ratio", "lo
                   "t_max", "status", "run")
 #: Cases with γ at or below this are "lazy" for the acceptance rule of theory §5.
 LAZY_RICHNESS = 0.01
-#: Acceptance bands (ODE/MLP ratios of t50 and t10) of the ``displacement`` closure: issue 6's, and the tighter ones a
-#: first prototype reached (theory §5), reported side by side.
+#: Acceptance bands (ODE/MLP ratios of t50 and t10) of the ``displacement`` closure (theory §5), and the tighter
+#: ones a first prototype reached, reported side by side.
 BANDS = {"displacement": ((0.85, 1.25), (0.75, 1.30)), "displacement_prototype": ((0.93, 1.20), (0.75, 1.25))}
 
 
