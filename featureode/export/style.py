@@ -33,7 +33,7 @@ EXTRA_COLOURS: tuple[str, ...] = ("#e377c2", "#bcbd22", "#17becf", "#1b9e77", "#
 MLP_COLOUR = "black"
 MLP_IN_SUPPORT_COLOUR = "0.55"
 #: Figure widths (inches) of a two-column paper: the full text width and one column.
-PAPER_WIDTH, COLUMN_WIDTH = 6.75, 3.25
+PAPER_WIDTH, COLUMN_WIDTH = 6.75, 229.5 / 72.27
 
 #: Labels (mathtext) of config keys, metrics of ``results.csv`` and plotted quantities.
 LABELS: dict[str, str] = {
