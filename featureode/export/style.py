@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -178,8 +179,15 @@ def figure_bytes(fig: Any, fmt: str = "png", style: "str | Mapping[str, Any] | S
     if fmt not in FORMATS:
         raise StyleError(f"unknown figure format {fmt!r}; valid formats: {', '.join(FORMATS)}")
     buf = io.BytesIO()
-    with styled(style) as st:
-        fig.savefig(buf, format=fmt, dpi=st.dpi, metadata=_metadata(fmt))
+    # fontTools warns of every embedded subset's zero timestamp (harmless; it reads it as 1970) on each PDF
+    head_log = logging.getLogger("fontTools.ttLib.tables._h_e_a_d")
+    level = head_log.level
+    head_log.setLevel(logging.ERROR)
+    try:
+        with styled(style) as st:
+            fig.savefig(buf, format=fmt, dpi=st.dpi, metadata=_metadata(fmt))
+    finally:
+        head_log.setLevel(level)
     return buf.getvalue()
 
 
