@@ -12,8 +12,8 @@ does not grow with the number of variants; panels in order (:func:`diagnostics_p
    scales all parts of a mode alike); one panel saying so when the simulation measured no parts;
 3. ``r_i(t)``, one panel per direction of the target's support (at most four; a variant whose ``r_i ≡ 1`` — lazy,
    or an eigenvalue law — is named in the panel instead of drawn);
-4. ``⟨a²⟩(t)/⟨a²⟩(0)``: measured (``a2``) against the variant's ``a2`` (or ``s``, the predicted readout growth of
-   the scale factor, when the variant has one).
+4. ``⟨a²⟩(t)/⟨a²⟩(0)``: measured (``a2``) against the variant's ``a2`` (or ``s``, the predicted readout growth
+   of the scale factor, when the variant has one).
 
 A mode with ``λ_β(0) = 0`` (no growth ratio exists) is named in its panel; absent measurements are said in the
 panel. One key for the whole figure, outside every axes (below them): variant → colour, and the line styles
@@ -120,6 +120,8 @@ def _diagnostics(mlp: Trajectory, variants: Mapping[str, Trajectory], modes: Seq
         nrows = math.ceil(len(panels) / ncols)
         row_h = _ROW_HEIGHT.get(st.name, _ROW_HEIGHT["report"])
         extra = (0.55 if st.compact else 0.8) + (0.25 if title else 0.0)
+        if st.compact:  # at most 8 in tall (0.8 of a page), however many modes and directions
+            row_h = min(row_h, (8.0 - extra) / nrows)
         size = figsize or st.size((15, row_h * nrows + extra), aspect=(row_h * nrows + extra) / (st.width or 15))
         fig = new_figure(size, layout="constrained")
         grid = fig.subplots(nrows, ncols, squeeze=False).ravel()
@@ -229,8 +231,8 @@ def _diagnostics(mlp: Trajectory, variants: Mapping[str, Trajectory], modes: Seq
     if ax is None:
         width_in = fig.get_figwidth()
         per_row = max(1, min(len(handles), int(width_in / (1.45 if st.compact else 1.9))))
-        fig.legend(handles=handles, loc="outside lower center", ncols=per_row, fontsize=small,
-                   frameon=False)
+        fig.legend(handles=handles, loc="outside lower center", ncols=per_row,
+                   fontsize=small if st.compact else 9, frameon=False)
     else:
         axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=small,
                         frameon=False)
