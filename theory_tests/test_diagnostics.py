@@ -32,15 +32,37 @@ def _texts(fig) -> str:
     return " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
 
 
-def test_one_row_of_four_panels_per_variant_on_a_log_time_axis():
-    fig = diagnostics_figure(_mlp(), {"displacement": _ode("displacement"), "lazy": _ode("lazy")}, title="x")
-    assert len(fig.axes) == 8
-    assert all(ax.get_xscale() == "log" for ax in fig.axes)
-    lines = fig.axes[0].get_lines()
+def test_one_panel_per_quantity_with_every_variant_overlaid_on_a_log_time_axis():
+    """Panels: λ growth per mode, the leading mode's parts, r_i per support direction, ⟨a²⟩ — as many for two
+    variants as for one; each variant's curve in its colour against the measurement (dashed, black)."""
+    from matplotlib.colors import to_rgba
+
+    from featureode.export.diagnostics import diagnostics_panels
+    from featureode.export.style import variant_colour
+
+    variants = {"displacement": _ode("displacement"), "lazy": _ode("lazy")}
+    fig = diagnostics_figure(_mlp(), variants, title="x")
+    panels = diagnostics_panels(_mlp(), variants=variants)
+    assert panels == [("mode", "z0"), ("mode", "z0*z1"), ("part", "readout"), ("part", "weights"),
+                      ("part", "bias"), ("r", "0"), ("r", "1"), ("a2", "")]
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == 8 and len(diagnostics_figure(_mlp(), {"lazy": _ode("lazy")}).axes) == 8
+    assert all(ax.get_xscale() == "log" for ax in shown)
+    lines = shown[0].get_lines()
     measured = next(line for line in lines if line.get_label() == "$z_{0}$ measured")  # modes in mathtext
-    assert {line.get_label() for line in lines} >= {"$z_{0} z_{1}$ measured", "$z_{0} z_{1}$ displacement"}
+    assert measured.get_linestyle() == "--" and to_rgba(measured.get_color()) == to_rgba("black")
+    assert {line.get_label() for line in shown[1].get_lines()} == {
+        "$z_{0} z_{1}$ measured", "$z_{0} z_{1}$ displacement", "$z_{0} z_{1}$ lazy"}
+    for line in lines:
+        if not line.get_label().endswith("measured"):
+            assert to_rgba(line.get_color()) == to_rgba(variant_colour(line.get_label().split()[-1]))
     np.testing.assert_allclose(measured.get_ydata(), (1 + 0.01 * T)[1:])      # λ(t)/λ(0), t > 0 only
+    (pred,) = [ln for ln in lines if ln.get_label() == "$z_{0}$ lazy"]
+    np.testing.assert_allclose(pred.get_ydata(), (1 + 0.008 * T)[1:])
     assert "lambda_parts" not in _texts(fig) and "⟨a²⟩" not in _texts(fig)
+    (key,) = fig.legends  # one key for the figure, none in the panels
+    assert [t.get_text() for t in key.get_texts()] == ["ODE displacement", "ODE lazy", "measured (MLP)"]
+    assert all(ax.get_legend() is None for ax in fig.axes)
 
 
 def test_missing_measurements_and_zero_eigenvalues_are_said_not_crashed():

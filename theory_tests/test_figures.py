@@ -13,9 +13,9 @@ from matplotlib.figure import Figure
 
 from featureode.cli import main
 from featureode.config import load_config
-from featureode.export.diagnostics import diagnostics_figure
+from featureode.export.diagnostics import diagnostics_figure, diagnostics_panels
 from featureode.export.report import build_report, report_figure
-from featureode.export.style import COLUMN_WIDTH, PAPER_WIDTH, StyleError, figure_format, variant_colour
+from featureode.export.style import COLUMN_WIDTH, PAPER_WIDTH, StyleError, figure_format, label, variant_colour
 from featureode.results.trajectory import ODEResult
 from featureode.workflow.plot import PlotError, phase_figure
 from featureode.workflow.sweeps import RESULT_COLUMNS, write_results
@@ -66,7 +66,8 @@ def test_a_variant_has_one_colour_in_every_figure():
     assert to_rgba(bars.lines[0].get_color()) == disp
     assert len(phase.containers) == 2  # both variants overlaid on the one axes
     diag = diagnostics_figure(_diag_mlp(), {"displacement": _diag_ode("displacement")}, modes=["z0"])
-    a2 = [ln for ln in diag.axes[3].lines if ln.get_label().startswith("displacement")]
+    (a2_panel,) = [a for a in diag.axes if a.get_title() == label("a2")]
+    a2 = [ln for ln in a2_panel.lines if ln.get_label().endswith("displacement")]
     assert a2 and to_rgba(a2[0].get_color()) == disp
 
 
@@ -83,8 +84,12 @@ def test_figures_draw_into_the_callers_axes():
     assert out is three[0].figure and all(a.lines for a in three)
     with pytest.raises(ValueError, match="one axes .* or three"):
         report_figure(rep, ax=Figure().subplots(1, 2))
-    grid = Figure().subplots(1, 4)
-    assert diagnostics_figure(_diag_mlp(), {"lazy": _diag_ode("lazy")}, ax=grid) is grid[0].figure
+    n = len(diagnostics_panels(_diag_mlp(), variants={"lazy": _diag_ode("lazy")}))
+    grid = Figure().subplots(2, n // 2)
+    assert diagnostics_figure(_diag_mlp(), {"lazy": _diag_ode("lazy")}, ax=grid) is grid[0, 0].figure
+    assert len(grid[0, 0].figure.axes) == n and grid[-1, -1].get_legend() is not None  # the key beside the last
+    with pytest.raises(ValueError, match=f"draws into {n} axes"):
+        diagnostics_figure(_diag_mlp(), {"lazy": _diag_ode("lazy")}, ax=Figure().subplots(1, 4))
 
 
 def _font_sizes(fig) -> list[float]:
@@ -176,3 +181,69 @@ def test_compare_writes_its_figures_in_the_asked_format(tmp_path):
     assert (out / "report.pdf").read_bytes().startswith(b"%PDF")
     assert (out / "report_diagnostics.pdf").read_bytes().startswith(b"%PDF")
     assert not list(out.glob("*.png")) and "![report](report.pdf)" in (out / "report.md").read_text()
+
+
+def _media_box(pdf: bytes) -> tuple[float, float]:
+    """Width and height (PostScript points, 1/72 in) of a one-page PDF's MediaBox."""
+    (box,) = re.findall(rb"/MediaBox\s*\[\s*([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s*\]", pdf)
+    x0, y0, x1, y1 = map(float, box)
+    return x1 - x0, y1 - y0
+
+
+def _legends(fig) -> list:
+    return list(fig.legends) + [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+
+
+def _points_under(fig, box) -> int:
+    """How many drawn data points of the figure's lines (inside their axes) lie inside the display box ``box``."""
+    count = 0
+    for a in fig.axes:
+        if not a.get_visible():
+            continue
+        frame = a.get_window_extent()
+        for line in a.lines:
+            xy = line.get_transform().transform(line.get_xydata())
+            xy = xy[np.isfinite(xy).all(axis=1)]
+            inside_axes = frame.contains_points(xy) if hasattr(frame, "contains_points") else np.array(
+                [frame.contains(*p) for p in xy], bool)
+            count += int(sum(box.contains(*p) for p in xy[inside_axes]))
+    return count
+
+
+THREE = ("lazy", "displacement", "resummed")
+#: ``\columnwidth`` of ``\documentclass[twocolumn]{article}`` (229.5 TeX points) in PDF points, and a page's 0.8.
+ARTICLE_COLUMN_BP = 229.5 * 72 / 72.27
+PAGE_HEIGHT_BP = 8 * 72
+
+
+@pytest.mark.parametrize("style", ["report", "paper", "column"])
+def test_paper_figures_fit_the_page_and_no_key_covers_a_curve(style):
+    """The saved PDF (its MediaBox, after savefig's tight box) is no wider than the style (+1 pt; ``column``: the
+    two-column article's column), the diagnostics of three variants at most 8 in tall in the paper styles; in the
+    paper styles every key lies outside every axes, and in every style no data point lies under a key."""
+    from featureode.export.style import figure_bytes, get_style
+
+    rep = report_figure(_report(THREE), style=style)
+    diag = diagnostics_figure(_diag_mlp(), {n: _diag_ode(n) for n in THREE}, style=style,
+                              title="z0 + z0*z1, d = 16, γ = 0.5, relu")
+    st = get_style(style)
+    for name, fig in (("report", rep), ("diagnostics", diag)):
+        width, height = _media_box(figure_bytes(fig, "pdf", style))
+        limit = (st.width if st.width is not None else fig.get_figwidth()) * 72 + 1
+        assert width <= limit, (name, width, limit)
+        if style == "column":
+            assert width <= ARTICLE_COLUMN_BP, (name, width)
+        if st.compact and name == "diagnostics":
+            assert height <= PAGE_HEIGHT_BP, (name, height)
+        FigureCanvasAgg(fig).draw()
+        legends = _legends(fig)
+        assert legends, name
+        for leg in legends:
+            box = leg.get_window_extent()
+            assert _points_under(fig, box) == 0, (name, leg)
+            if st.compact:
+                for a in fig.axes:
+                    if a.get_visible():
+                        frame = a.get_window_extent()
+                        assert not (box.x0 < frame.x1 and frame.x0 < box.x1 and box.y0 < frame.y1
+                                    and frame.y0 < box.y1), (name, "key over an axes")

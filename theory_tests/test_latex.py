@@ -198,7 +198,8 @@ def test_fragment_and_a_pdf_figure_drop_into_a_two_column_paper(tmp_path: Path):
     """A plain article with amsmath alone \\inputs the fragment of every built-in closure; a two-column article
     with the fragment of every built-in closure on the extended basis, with and without the term names (the long
     second-order growth broken over two lines; resummed's growth in its named sub-expressions ξ_α, ζ_α, ω_α, each
-    on its own line) and the report figure in PDF (column style) compiles with no overfull box over 1 pt."""
+    on its own line) and the report and diagnostics figures in PDF (column style, three variants) compile with
+    no overfull box over 1 pt."""
     from test_figures import _report
 
     every = _cfg(variants=["lazy", "agop", "displacement", "second_order", "resummed", "rational"], basis="extended")
@@ -207,13 +208,21 @@ def test_fragment_and_a_pdf_figure_drop_into_a_two_column_paper(tmp_path: Path):
     assert r"\begin{aligned}[t]" in (tmp_path / "ode.tex").read_text()
     assert r"\xi_{\alpha} &= " in (tmp_path / "ode.tex").read_text()
     _report().write(tmp_path, fmt="pdf", style="column")
+    from test_diagnostics import _mlp as diag_mlp
+    from test_diagnostics import _ode as diag_ode
+    from featureode.export.diagnostics import save_diagnostics
+
+    save_diagnostics(diag_mlp(), {n: diag_ode(n) for n in ("lazy", "displacement", "resummed")}, tmp_path,
+                     title="z0 + z0*z1, d = 16", fmt="pdf", style="column")
     (tmp_path / "plain.tex").write_text("\\documentclass{article}\n\\usepackage{amsmath}\n\\begin{document}\n"
                                         "\\input{every}\n\\end{document}\n")
     _pdflatex(tmp_path, "plain.tex")
     (tmp_path / "paper.tex").write_text(
         "\\documentclass[twocolumn]{article}\n\\usepackage{amsmath,booktabs,graphicx}\n\\begin{document}\n"
         "\\section{Model}\nText.\n\\input{ode}\nText.\n\\begin{figure}[t]\n\\includegraphics{report.pdf}\n"
-        "\\caption{ODE against MLP.}\n\\end{figure}\n\\end{document}\n")
+        "\\caption{ODE against MLP.}\n\\end{figure}\n"
+        "\\begin{figure}[p]\n\\includegraphics{report_diagnostics.pdf}\n\\caption{Diagnostics.}\n\\end{figure}\n"
+        "\\end{document}\n")
     log = _pdflatex(tmp_path, "paper.tex")
     over = [float(x) for x in re.findall(r"Overfull \\[hv]box \(([\d.]+)pt too", log)]
     assert all(x <= 1.0 for x in over), log[-3000:]

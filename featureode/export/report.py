@@ -339,7 +339,8 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None, 
         if ax is None:
             column = st.name == "column"
             size = figsize or st.size((17, 5.0), aspect=2.1 if column else 0.36)
-            fig = new_figure(size)
+            # paper styles: one key for every panel, below them (constrained layout makes room for it)
+            fig = new_figure(size, layout="constrained" if st.compact else None)
             axes = list(fig.subplots(3, 1, sharex=True) if column else fig.subplots(1, 3, sharex=True))
             own = True
         else:
@@ -349,9 +350,10 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None, 
                 raise ReportError(f"report_figure draws into one axes (the loss) or three, got {len(axes)}")
             fig, own = axes[0].figure, False
         small = PAPER_MIN_FONT_PT if st.compact else 7
-        _loss_panel(axes[0], report, small, st.compact)
+        shared = own and st.compact  # one figure key outside the axes instead of a legend in each
+        keys = _loss_panel(axes[0], report, small, st.compact, legend=not shared)
         if len(axes) == 3:
-            _mode_panels(axes[1], axes[2], report, shown_variants, small, st.compact)
+            keys += _mode_panels(axes[1], axes[2], report, shown_variants, small, st.compact, legend=not shared)
         for a, which in ((axes[0], "x"), (axes[0], "y")) + (((axes[2], "y"),) if len(axes) == 3 else ()):
             _log_ticks(a, which, st.compact)
         if own:
@@ -365,11 +367,21 @@ def report_figure(report: Report, variant: "str | Sequence[str] | None" = None, 
                 head += (f"; batch {cfg.training.batch}, seed {cfg.training.seed}, "
                          f"t_max = {cfg.training.t_max:g} (bands: ±2 s.e.)")
             fig.suptitle(head)
-            fig.tight_layout()
+            if shared:
+                if column:  # stacked on one time axis: its label once, under the lowest panel
+                    for a in axes[:-1]:
+                        a.set_xlabel("")
+                per_row = max(1, int(fig.get_figwidth() / 1.25))
+                fig.legend(handles=keys, loc="outside lower center", ncols=min(per_row, len(keys)),
+                           fontsize=small, frameon=False)
+            else:
+                fig.tight_layout()
     return fig
 
 
-def _loss_panel(ax: Any, report: Report, small: float, compact: bool) -> None:
+def _loss_panel(ax: Any, report: Report, small: float, compact: bool, legend: bool = True) -> list[Any]:
+    """Draw the loss panel; its legend in the axes when ``legend``, else return its key's handles."""
+    from matplotlib.lines import Line2D
     from matplotlib.transforms import blended_transform_factory
 
     mlp = report.mlp
@@ -395,11 +407,16 @@ def _loss_panel(ax: Any, report: Report, small: float, compact: bool) -> None:
     ax.set(xscale="log", yscale="log", xlabel=label("t"), ylabel=label("loss"),
            title="loss" if compact else r"loss (dots: $t_{50}$ and $t_{10}$ crossings)")
     ax.set_ylim(bottom=max(1e-4, ax.get_ylim()[0]))
-    ax.legend(fontsize=small if compact else 8, loc="lower left")
+    if legend:
+        ax.legend(fontsize=small if compact else 8, loc="lower left")
+        return []
+    return [Line2D([], [], color=colour, lw=lw * scale, label=text) for text, _t, _y, colour, lw in curves]
 
 
 def _mode_panels(ax_f: Any, ax_l: Any, report: Report, shown_variants: Sequence[str], small: float,
-                 compact: bool) -> None:
+                 compact: bool, legend: bool = True) -> list[Any]:
+    """Draw the mode and eigenvalue panels; their legends in the axes when ``legend``, else return the key's
+    handles (the line style of each mode, the MLP's markers; the variants' colours are the loss panel's)."""
     from matplotlib.lines import Line2D
     from matplotlib.transforms import blended_transform_factory
 
@@ -439,7 +456,8 @@ def _mode_panels(ax_f: Any, ax_l: Any, report: Report, shown_variants: Sequence[
         handles += [Line2D([], [], color=MLP_COLOUR, marker="o", ms=3, ls="none", label="MLP")]
         handles += [Line2D([], [], color=variant_colour(n), lw=1.6 * scale, label=f"ODE {n}")
                     for n in shown_variants]
-        ax.legend(handles=handles, fontsize=small, loc="center left" if key == "f" else "best")
+        if legend:
+            ax.legend(handles=handles, fontsize=small, loc="center left" if key == "f" else "best")
 
     # the targets v_β on the mode panel, grouped where modes share a value
     at_left = blended_transform_factory(ax_f.transAxes, ax_f.transData)
@@ -450,3 +468,8 @@ def _mode_panels(ax_f: Any, ax_l: Any, report: Report, shown_variants: Sequence[
         ax_f.axhline(value, color="0.6", lw=0.9 * scale, ls=style[modes[0]], zorder=0)
         ax_f.text(0.01, value, "target $" + " = ".join(f"v_{{{mode_tex(m)}}}" for m in modes) + f" = {value:.3g}$",
                   transform=at_left, ha="left", va="top", fontsize=small, color="0.35")
+    if legend:
+        return []
+    return ([Line2D([], [], color="0.3", ls=style[m], lw=1.0 * scale, label=mode_label(m)) for m in shown]
+            + [Line2D([], [], color=MLP_COLOUR, marker="o", ms=2.5 * scale, ls="none", label=r"MLP $f_\beta$, "
+                      r"$\lambda_\beta$")])

@@ -6,10 +6,11 @@
 * :func:`label` — the axis label of a config key, a metric or a plotted quantity in mathtext (``network.richness`` →
   ``$\\gamma$``, ``t10_ratio`` → ``$t_{10}$ ratio (ODE/MLP)``); a key it does not know is shown as written.
 * :data:`STYLES` — named styles (matplotlib ``rcParams`` plus a figure width): ``report`` (the report files'
-  look, the default), ``paper`` (a 6.75 in two-column-page width, 8 pt text) and ``column`` (one 3.25 in column of
-  a two-column paper, 8 pt text). Every public figure function takes ``style`` (a name, or a dict of ``rcParams``
-  laid over ``report``), ``figsize`` and ``ax`` (draw into the caller's axes), and builds its figure inside
-  :func:`styled`.
+  look, the default), ``paper`` (a 6.75 in two-column-page width, 8 pt text) and ``column`` (one column of a
+  two-column paper: 229.5 pt = 3.18 in, the ``\\columnwidth`` of ``\\documentclass[twocolumn]{article}``, so it
+  also fits a 3.25 in column; 8 pt text). In the paper styles a figure's keys sit outside its axes. Every public
+  figure function takes ``style`` (a name, or a dict of ``rcParams`` laid over ``report``), ``figsize`` and ``ax``
+  (draw into the caller's axes), and builds its figure inside :func:`styled`.
 * :func:`save_figure` — write a figure as PNG, PDF (vector) or SVG, chosen by ``fmt`` or the file's suffix.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -32,8 +34,9 @@ EXTRA_COLOURS: tuple[str, ...] = ("#e377c2", "#bcbd22", "#17becf", "#1b9e77", "#
                                   "#66a61e", "#e6ab02", "#a6761d", "#0b3d91", "#8c0a52")
 MLP_COLOUR = "black"
 MLP_IN_SUPPORT_COLOUR = "0.55"
-#: Figure widths (inches) of a two-column paper: the full text width and one column.
-PAPER_WIDTH, COLUMN_WIDTH = 6.75, 3.25
+#: Figure widths (inches) of a two-column paper: the full text width and one column (229.5 TeX points, the column
+#: of the standard two-column article, narrower than a 3.25 in one).
+PAPER_WIDTH, COLUMN_WIDTH = 6.75, 229.5 / 72.27
 
 #: Labels (mathtext) of config keys, metrics of ``results.csv`` and plotted quantities.
 LABELS: dict[str, str] = {
@@ -178,8 +181,15 @@ def figure_bytes(fig: Any, fmt: str = "png", style: "str | Mapping[str, Any] | S
     if fmt not in FORMATS:
         raise StyleError(f"unknown figure format {fmt!r}; valid formats: {', '.join(FORMATS)}")
     buf = io.BytesIO()
-    with styled(style) as st:
-        fig.savefig(buf, format=fmt, dpi=st.dpi, metadata=_metadata(fmt))
+    # fontTools warns of every embedded subset's zero timestamp (harmless; it reads it as 1970) on each PDF
+    head_log = logging.getLogger("fontTools.ttLib.tables._h_e_a_d")
+    level = head_log.level
+    head_log.setLevel(logging.ERROR)
+    try:
+        with styled(style) as st:
+            fig.savefig(buf, format=fmt, dpi=st.dpi, metadata=_metadata(fmt))
+    finally:
+        head_log.setLevel(level)
     return buf.getvalue()
 
 
