@@ -31,7 +31,7 @@ from featureode.sim.spec import MLPError, RunSpec, stream
 # ----------------------------------------------------------------------------------------------------------------
 def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Callable, Callable]:
     """The SGD step, the measurement-chunk statistics and the second half of the CPU ReLU step
-    (:func:`_relu_forward`) for activation ``act``, as pure tensor functions.
+    (:class:`_ReluStep`) for activation ``act``, as pure tensor functions.
 
     Shapes: ``w, w0`` (R, N, d); ``b, b0, a, a0`` (R, N); ``x`` (R, C, d) and ``y`` (R, C) for a chunk of C samples;
     ``scale`` = the output scale ``c`` (R, 1).
@@ -71,10 +71,11 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
         g = ds * a.unsqueeze(2) * r.unsqueeze(1)
         return torch.bmm(g, x), g.sum(2), (s * r.unsqueeze(1)).sum(2), (r * r).sum(1)
 
-    def relu_backward(u: torch.Tensor, a: torch.Tensor, f_sum: torch.Tensor, scale: torch.Tensor, y: torch.Tensor,
-                      x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:func:`gradients` after :func:`_relu_forward`: ``u`` (R, N, C) the trained pre-activations (bias
-        included), ``f_sum`` (R, C) the output before the scale ``c``."""
+    def relu_backward(wx: torch.Tensor, b: torch.Tensor, a: torch.Tensor, f_sum: torch.Tensor, scale: torch.Tensor,
+                      y: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`gradients` after :func:`_relu_output_loop`: ``wx`` (R, N, C) the trained products ``w xᵀ`` (no
+        bias), ``f_sum`` (R, C) the output before the scale ``c``."""
+        u = wx + b.unsqueeze(2)
         s, ds = torch.func.jvp(act, (u,), (torch.ones_like(u),))  # type: ignore[misc]  # jvp returns (output, tangent); torch's stub is wider
         return backward(s, ds, a, f_sum * scale, y, x)
 
@@ -99,10 +100,10 @@ def _kernels(act: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Callable, Cal
 
 def _relu_output_loop(u: np.ndarray, u0: np.ndarray, b: np.ndarray, b0: np.ndarray, a: np.ndarray, a0: np.ndarray,
                       out: np.ndarray) -> None:  # pragma: no cover - runs compiled by numba
-    """``u += b``, ``u0 += b0`` (neuron-major (N, C) products of one chunk, bias added in place) and
-    ``out_b = Σ_k (a_k max(u_kb, 0) − a⁰_k max(u⁰_kb, 0))`` summed over ``k = 0, 1, …, N−1`` in that order, row by
-    row: the floats of the compiled kernel's output reduction (a sequential sum over neurons in every sample lane),
-    read in memory order instead of one 16-sample column at a time."""
+    """``out_j = Σ_k (a_k max(u_kj + b_k, 0) − a⁰_k max(u⁰_kj + b⁰_k, 0))`` for the neuron-major (N, C) products
+    ``u = w xᵀ``, ``u⁰ = w⁰ xᵀ`` of one chunk, summed over ``k = 0, 1, …, N−1`` in that order, row by row: the
+    floats of the compiled kernel's output reduction (a sequential sum over neurons in every sample lane), read in
+    memory order instead of one 16-sample column at a time."""
     n, c = u.shape
     zero = out.dtype.type(0)
     out[:] = zero
@@ -110,7 +111,6 @@ def _relu_output_loop(u: np.ndarray, u0: np.ndarray, b: np.ndarray, b0: np.ndarr
         bk, b0k, ak, a0k = b[k], b0[k], a[k], a0[k]
         for j in range(c):
             uk = u[k, j] + bk
-            u[k, j] = uk
             vk = u0[k, j] + b0k
             s = uk if uk > 0 else zero
             s0 = vk if vk > 0 else zero
@@ -127,29 +127,49 @@ def _relu_output_kernel() -> Callable[..., None]:
 
 
 class _ReluStep:
-    """The CPU step of one ReLU run, bit for bit the compiled :func:`_kernels` ``gradients``, about 1.3–1.5× faster:
-    per chunk the two products ``w xᵀ``, ``w⁰ xᵀ`` into preallocated (N, C) buffers, the bias and the output
-    reduction in one row-ordered pass (:func:`_relu_output_loop`, numba), then the compiled ``relu_backward``. The
-    compiled kernel reads the (N, C) products one 16-sample column at a time for its reduction over neurons (the
-    reduction loop is innermost), at a third of the memory rate of a row-ordered pass; the sum is the same."""
+    """The CPU step sums of one ReLU run, bit for bit those of the compiled :func:`_kernels` ``gradients``, about
+    1.5–2× faster: per chunk the two products ``w xᵀ``, ``w⁰ xᵀ`` into preallocated (N, C) buffers (no bias: see
+    ``features``), the output reduction in one row-ordered pass (:func:`_relu_output_loop`, numba), then the compiled
+    ``relu_backward`` (bias, σ, σ', residual, the gradient sums); the chunk sums are accumulated in place. The
+    compiled generic kernel reads the (N, C) products one 16-sample column at a time for its reduction over neurons
+    (Inductor keeps reduction loops innermost), at a third of the memory rate of a row-ordered pass; the sum is the
+    same."""
 
     def __init__(self, width: int, dtype: torch.dtype, backward: "_Compiled"):
         self.width, self.dtype, self.backward = width, dtype, backward
-        self.buffers: dict[int, tuple[torch.Tensor, ...]] = {}
+        self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]] = {}
 
-    def __call__(self, w: torch.Tensor, b: torch.Tensor, a: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor,
-                 a0: torch.Tensor, x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        c = x.shape[1]
+    def _buffers(self, c: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
+        """The products ``u``, ``u⁰`` (1, N, c), the output sums (1, c) and their NumPy views, for chunks of c."""
         if c not in self.buffers:
-            self.buffers[c] = (torch.empty(1, self.width, c, dtype=self.dtype),
-                               torch.empty(1, self.width, c, dtype=self.dtype), torch.empty(1, c, dtype=self.dtype))
-        u, u0, f_sum = self.buffers[c]
-        xt = x.transpose(1, 2)
-        torch.bmm(w, xt, out=u)
-        torch.bmm(w0, xt, out=u0)
-        _relu_output_kernel()(u[0].numpy(), u0[0].numpy(), b[0].numpy(), b0[0].numpy(), a[0].numpy(), a0[0].numpy(),
-                              f_sum[0].numpy())
-        return self.backward(u, a, f_sum, scale, y, x)
+            u, u0 = torch.empty(1, self.width, c, dtype=self.dtype), torch.empty(1, self.width, c, dtype=self.dtype)
+            f_sum = torch.empty(1, c, dtype=self.dtype)
+            self.buffers[c] = (u, u0, f_sum, (u[0].numpy(), u0[0].numpy(), f_sum[0].numpy()))
+        return self.buffers[c]
+
+    def sums(self, p: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor,
+             chunk: int) -> list[torch.Tensor]:
+        """The step sums of ``gradients`` (``Σ r a σ' x``, ``Σ r a σ'``, ``Σ r σ``, ``Σ r²``) over the batch ``x``
+        (1, B, d), ``y`` (1, B) in chunks of ``chunk``, for the parameters ``p`` (:data:`PARAMS`, run axis of 1)."""
+        w, b, a, w0, b0, a0 = p
+        kernel = _relu_output_kernel()
+        vectors = tuple(t[0].numpy() for t in (b, b0, a, a0))
+        total: list[torch.Tensor] | None = None
+        for lo in range(0, x.shape[1], chunk):
+            xc, yc = x[:, lo:lo + chunk], y[:, lo:lo + chunk]
+            u, u0, f_sum, (u_np, u0_np, f_np) = self._buffers(xc.shape[1])
+            xt = xc.transpose(1, 2)
+            torch.bmm(w, xt, out=u)
+            torch.bmm(w0, xt, out=u0)
+            kernel(u_np, u0_np, *vectors, f_np)
+            part = self.backward(u, b, a, f_sum, scale, yc, xc)
+            if total is None:
+                total = list(part)      # fresh outputs of the kernel: accumulated in place
+            else:
+                for acc, v in zip(total, part):
+                    acc.add_(v)
+        assert total is not None  # the batch holds at least one chunk
+        return total
 
 
 class _Compiled:
@@ -282,17 +302,19 @@ class MeanFieldBatch:
         every run is not touched (bit for bit frozen)."""
         p = [self.params[k][runs] for k in PARAMS]
         scale, batch = self.scale[runs], x.shape[1]
-        kernel: Callable[..., Any] = self._relu_step if self._relu_step is not None and p[0].shape[0] == 1 else self._grads
-        total: list[torch.Tensor] | None = None
-        for lo in range(0, batch, self.chunk):
-            part = kernel(*p, x[:, lo:lo + self.chunk], y[:, lo:lo + self.chunk], scale)
-            if total is None:
-                total = list(part)      # fresh outputs of the kernel: accumulated in place
-            else:
-                for acc, v in zip(total, part):
-                    acc.add_(v)
-        assert total is not None  # the batch holds at least one chunk
-        grad_w, grad_b, grad_a, sq = total
+        if self._relu_step is not None and p[0].shape[0] == 1:
+            grad_w, grad_b, grad_a, sq = self._relu_step.sums(p, x, y, scale, self.chunk)
+        else:
+            total: list[torch.Tensor] | None = None
+            for lo in range(0, batch, self.chunk):
+                part = self._grads(*p, x[:, lo:lo + self.chunk], y[:, lo:lo + self.chunk], scale)
+                if total is None:
+                    total = list(part)      # fresh outputs of the kernel: accumulated in place
+                else:
+                    for acc, v in zip(total, part):
+                        acc.add_(v)
+            assert total is not None  # the batch holds at least one chunk
+            grad_w, grad_b, grad_a, sq = total
         rate64 = torch.tensor(list(lr), dtype=torch.float64) * self.step_factor[runs] / batch
         coef = rate64.to(x).unsqueeze(1)
         if self.plain:
