@@ -146,6 +146,27 @@ def test_compiled_cpu_relu_step_is_the_compiled_kernel_bit_for_bit_and_sgd(dtype
                                        atol=1e-12)
 
 
+def test_cpu_relu_step_falls_back_to_the_generic_kernel_with_a_warning(monkeypatch):
+    """If the numba pass of the CPU ReLU step cannot run, the step warns once and takes the generic compiled kernel:
+    the same parameters as a simulation that never had the fast path."""
+    import featureode.sim.batch as batch
+
+    cfg = small_cfg(richness=0.3, batch=512, compile=True)
+    broken, generic = new_simulation([cfg]), new_simulation([cfg])
+    generic.net._relu_step = None
+
+    def fail():
+        raise ImportError("no numba here")
+
+    monkeypatch.setattr(batch, "_relu_output_kernel", fail)
+    with pytest.warns(UserWarning, match="CPU ReLU step failed"):
+        broken.net.step(*broken._sample([0]), [0.5], [0])
+    assert broken.net._relu_step is None
+    generic.net.step(*generic._sample([0]), [0.5], [0])
+    for k in ("w", "b", "a"):
+        assert torch.equal(broken.net.params[k], generic.net.params[k])
+
+
 def test_ntk_top_matches_closed_form_gram():
     """λ_top from torch.func per-sample gradients equals the top eigenvalue of the closed-form empirical NTK
     (1/N)[σσᵀ + (aσ')(aσ')ᵀ ⊙ (x·x' + 1)] / P."""

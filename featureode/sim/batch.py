@@ -302,8 +302,16 @@ class MeanFieldBatch:
         every run is not touched (bit for bit frozen)."""
         p = [self.params[k][runs] for k in PARAMS]
         scale, batch = self.scale[runs], x.shape[1]
+        sums = None
         if self._relu_step is not None and p[0].shape[0] == 1:
-            grad_w, grad_b, grad_a, sq = self._relu_step.sums(p, x, y, scale, self.chunk)
+            try:
+                sums = self._relu_step.sums(p, x, y, scale, self.chunk)
+            except Exception as exc:  # numba missing or failing: the sums only read the parameters, so fall back
+                warnings.warn(f"the CPU ReLU step failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                              "using the generic compiled kernel (the same floats, slower)")
+                self._relu_step = None
+        if sums is not None:
+            grad_w, grad_b, grad_a, sq = sums
         else:
             total: list[torch.Tensor] | None = None
             for lo in range(0, batch, self.chunk):
