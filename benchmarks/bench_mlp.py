@@ -26,6 +26,7 @@ separately). Usage: ``python benchmarks/bench_mlp.py [--threads 2] [--full]``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import Callable
@@ -37,16 +38,18 @@ from featureode.config import load_config
 from featureode.sim.mlp import CPU_CHUNK, RunSpec, Simulation, simulate_config
 
 
-def interleaved(cases: dict[str, tuple[Callable[[], object], int]], calls: int, repeats: int) -> dict[str, float]:
+def interleaved(cases: dict[str, tuple[Callable[[], object], int]], calls: int, repeats: int,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median run-steps per second of each case ``name: (step function, runs per call)``, timing ``calls`` calls per
-    case in round-robin order for ``repeats`` rounds (so a slow phase of a shared machine hits every case alike)."""
+    case in round-robin order for ``repeats`` rounds (so a slow phase of a shared machine hits every case alike), by
+    ``clock`` (wall time, or ``time.process_time``: the CPU time of this process, all its threads)."""
     rates: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeats):
         for name, (fn, runs) in cases.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(calls):
                 fn()
-            rates[name].append(calls * runs / (time.perf_counter() - t0))
+            rates[name].append(calls * runs / (clock() - t0))
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
@@ -128,6 +131,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--dim", type=int, default=16)
     ap.add_argument("--full", action="store_true", help="also time the default staircase(2) run to t_max = 300")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by the process's CPU time (time.process_time) instead of wall time (a shared machine)")
+    ap.add_argument("--cases", default="", help="only the cases whose name contains one of these comma-separated "
+                    "words (e.g. 'simulator,matmuls alone'); the ratios that need a missing case are skipped")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     base = load_config().replace(data={"dim": args.dim}, network={"width": args.width},
@@ -155,6 +162,9 @@ def main() -> None:
         "8 runs as 8 separate simulations": (sequential, 8),
         "matmuls alone, 1 run": (lambda: matmul_floor(base, 1), 1),
         "matmuls alone, 8 runs batched": (lambda: matmul_floor(base, 8), 8)}
+    if args.cases:
+        words = [w.strip() for w in args.cases.split(",") if w.strip()]
+        makers = {name: m for name, m in makers.items() if any(w in name for w in words)}
     cases: dict[str, tuple[Callable[[], object], int]] = {}
     for name, (make, runs) in makers.items():
         t0 = time.perf_counter()
@@ -163,21 +173,29 @@ def main() -> None:
         fn()
         cases[name] = (fn, runs)
         print(f"  set-up + 2 warm-up steps of {name!r}: {time.perf_counter() - t0:.1f} s (includes compilation)")
-    rates = interleaved(cases, args.steps, args.repeats)
+    rates = interleaved(cases, args.steps, args.repeats, time.process_time if args.cpu_time else time.perf_counter)
     for name, rate in rates.items():
-        print(f"  {name:<40} {rate:8.1f} run-steps/s")
-    plain, single = rates["plain loop (torch.relu), 1 run"], rates["simulator, compiled, 1 run"]
-    seq = rates["8 runs as 8 separate simulations"]
-    print(f"simulator (compiled) / plain loop (torch.relu): {single / plain:.2f}×")
-    print(f"8 runs in one simulation / 8 separate simulations: run by run "
-          f"{rates['8 runs in one simulation, run by run'] / seq:.2f}×, batched bmm "
-          f"{rates['8 runs in one simulation, batched bmm'] / seq:.2f}×")
-    mm1, mm8 = rates["matmuls alone, 1 run"], rates["matmuls alone, 8 runs batched"]
-    other = 1 / single - 1 / mm1  # the single-run step's time outside the three products, per run-step
-    print(f"goal 'batched ≥ 2× sequential': the batched products alone (the least a batched step does) run at "
-          f"{mm8 / seq:.2f}× the sequential rate; with the single-run step's other work added per run, "
-          f"≈ {1 / (1 / mm8 + other) / seq:.2f}×; measured (batched bmm): "
-          f"{rates['8 runs in one simulation, batched bmm'] / seq:.2f}×")
+        print(f"  {name:<40} {rate:8.1f} run-steps/s ({'CPU' if args.cpu_time else 'wall'} time)")
+    print(f"load average (1, 5, 15 min) after timing: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    if "simulator, compiled, 1 run" in rates and "matmuls alone, 1 run" in rates:
+        print(f"simulator (compiled) / its matrix products alone (the bound), 1 run: "
+              f"{rates['simulator, compiled, 1 run'] / rates['matmuls alone, 1 run']:.2f}")
+    need = ("plain loop (torch.relu), 1 run", "simulator, compiled, 1 run", "8 runs as 8 separate simulations",
+            "8 runs in one simulation, run by run", "8 runs in one simulation, batched bmm", "matmuls alone, 1 run",
+            "matmuls alone, 8 runs batched")
+    if all(n in rates for n in need):
+        plain, single = rates["plain loop (torch.relu), 1 run"], rates["simulator, compiled, 1 run"]
+        seq = rates["8 runs as 8 separate simulations"]
+        print(f"simulator (compiled) / plain loop (torch.relu): {single / plain:.2f}×")
+        print(f"8 runs in one simulation / 8 separate simulations: run by run "
+              f"{rates['8 runs in one simulation, run by run'] / seq:.2f}×, batched bmm "
+              f"{rates['8 runs in one simulation, batched bmm'] / seq:.2f}×")
+        mm1, mm8 = rates["matmuls alone, 1 run"], rates["matmuls alone, 8 runs batched"]
+        other = 1 / single - 1 / mm1  # the single-run step's time outside the three products, per run-step
+        print(f"goal 'batched ≥ 2× sequential': the batched products alone (the least a batched step does) run at "
+              f"{mm8 / seq:.2f}× the sequential rate; with the single-run step's other work added per run, "
+              f"≈ {1 / (1 / mm8 + other) / seq:.2f}×; measured (batched bmm): "
+              f"{rates['8 runs in one simulation, batched bmm'] / seq:.2f}×")
     if args.full:
         cfg = load_config().replace(training={"threads": args.threads, "device": "cpu"})
         t0 = time.perf_counter()

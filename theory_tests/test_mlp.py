@@ -116,6 +116,57 @@ def test_sgd_step_is_sgd_with_rate_eta_gamma2_N(batched, activation):
             torch.testing.assert_close(net.params[k][r], expect, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_cpu_relu_step_is_the_compiled_kernel_bit_for_bit_and_sgd(dtype):
+    """The CPU ReLU step (products into buffers, bias and output reduction in a numba pass, compiled backward) gives
+    exactly the floats of the compiled generic kernel (torch.equal, over three steps, B = 600: chunks of 200), and
+    is autograd SGD with rate η γ² N (float64: to 1e-10)."""
+    cfg = small_cfg(richness=0.3, dtype=dtype, batch=600, compile=True)
+    fast, generic = new_simulation([cfg]), new_simulation([cfg])
+    assert fast.net._relu_step is not None and fast.net.chunk == 200
+    generic.net._relu_step = None
+    perturb(fast.net, 0.1)
+    perturb(generic.net, 0.1)
+    for _ in range(3):
+        x, y = fast._sample([0])
+        before = {k: v[0].clone() for k, v in fast.net.params.items()}
+        losses = fast.net.step(x, y, [0.7], [0])
+        assert generic.net.step(*generic._sample([0]), [0.7], [0]) == losses
+        for k in ("w", "b", "a"):
+            assert torch.equal(fast.net.params[k], generic.net.params[k])
+    if dtype == "float64":
+        theta = {k: before[k].clone().requires_grad_() for k in ("w", "b", "a")}
+        width = fast.net.width
+        f = (torch.relu(x[0] @ theta["w"].T + theta["b"]) @ theta["a"]
+             - torch.relu(x[0] @ before["w0"].T + before["b0"]) @ before["a0"]) / (0.3 * width)
+        loss = 0.5 * ((f - y[0]) ** 2).mean()
+        assert losses[0] == pytest.approx(float(loss.detach()), rel=1e-12)
+        for (k, th), gr in zip(theta.items(), torch.autograd.grad(loss, list(theta.values()))):
+            torch.testing.assert_close(fast.net.params[k][0], th.detach() - 0.7 * 0.3**2 * width * gr, rtol=1e-10,
+                                       atol=1e-12)
+
+
+def test_cpu_relu_step_falls_back_to_the_generic_kernel_with_a_warning(monkeypatch):
+    """If the numba pass of the CPU ReLU step cannot run, the step warns once and takes the generic compiled kernel:
+    the same parameters as a simulation that never had the fast path."""
+    import featureode.sim.batch as batch
+
+    cfg = small_cfg(richness=0.3, batch=512, compile=True)
+    broken, generic = new_simulation([cfg]), new_simulation([cfg])
+    generic.net._relu_step = None
+
+    def fail():
+        raise ImportError("no numba here")
+
+    monkeypatch.setattr(batch, "_relu_output_kernel", fail)
+    with pytest.warns(UserWarning, match="CPU ReLU step failed"):
+        broken.net.step(*broken._sample([0]), [0.5], [0])
+    assert broken.net._relu_step is None
+    generic.net.step(*generic._sample([0]), [0.5], [0])
+    for k in ("w", "b", "a"):
+        assert torch.equal(broken.net.params[k], generic.net.params[k])
+
+
 def test_ntk_top_matches_closed_form_gram():
     """λ_top from torch.func per-sample gradients equals the top eigenvalue of the closed-form empirical NTK
     (1/N)[σσᵀ + (aσ')(aσ')ᵀ ⊙ (x·x' + 1)] / P."""

@@ -39,8 +39,11 @@ processed in chunks whose gradient sums are accumulated before the update (256 s
 stay in cache: 2× faster than whole-batch steps). Each run keeps its own step size, clock, samples and measurement
 times, so its trajectory does not depend on the batch it is in; finished runs stop costing time on a CPU (on a GPU
 they stay in the batch with ``η = 0``). With ``[training] compile = true`` (default) the chunk kernels are compiled by
-``torch.compile`` (fused elementwise work and reductions, ≈ 5× faster than eager on a CPU; a few seconds of compilation
-per process, cached on disk; eager fallback with a warning when compilation fails).
+TorchInductor, traced once per chunk shape and called without ``torch.compile``'s guards (fused elementwise work and
+reductions, ≈ 10× faster than eager on a CPU; a few seconds of compilation per process, cached on disk; ``torch.compile``
+and then eager execution as fallbacks, with a warning when compilation fails). A ReLU run on a CPU computes the output
+sum of each chunk in a row-ordered numba pass instead (the same floats, 2× faster steps under load; see
+``benchmarks/results/mlp_benchmark.md``).
 
 Randomness: one seed per run fixes everything, through independent streams derived from it: ``init`` (parameters),
 ``train`` (the fresh samples), ``test`` (the test set), ``probe`` (the NTK probe set); all are drawn on the CPU, so a
