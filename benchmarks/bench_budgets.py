@@ -2,7 +2,8 @@
 
 1. kernel + EVERY registered closure (``closure_names()``) on a FRESH non-rational spectrum (exponent 1.5001 plus a
    random offset, spectrum offset 3 plus a random offset, so no cache of the spectrum, its law of |ŵ|² or its
-   integrals is hit), CPU time (``time.process_time``) in this process with one BLAS thread, median of ``--repeat`` fresh spectra:
+   integrals is hit), CPU time (``time.process_time``) in this process with one BLAS thread, median of ``--repeat``
+   fresh spectra:
    target basis / default config (budget 10 ms), extended basis d = 16 (200 ms), extended basis d = 64 (500 ms);
    beside each, the ratio to the MLP run it predicts (``--mlp-seconds``: the CPU time of ``featureode simulate`` of
    the default config, 1 thread, measured once by ``--mlp``, else the recorded figure of

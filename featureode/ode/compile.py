@@ -362,7 +362,7 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
                 lines.extend([f"{pad}_e = {printer.doprint(body.exp)}", f"{pad}if _e != 0.0:",
                               f"{pad}    {target} {op} ({printer.doprint(body.base)})**_e"])
             else:
-                hoisted_nest(free[x] + [k], body, f"{target} {op} ")
+                hoisted_nest(free[x] + [k], body, f"{target} {op} ", (target, op, init, k))
 
     precomputed: dict[sp.Expr, sp.Expr] = {}
 
@@ -407,12 +407,16 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
         precomputed[expr] = ref
         return ref
 
-    def hoisted_nest(indices: list[sp.Symbol], body: sp.Expr, head: str) -> None:
+    def hoisted_nest(indices: list[sp.Symbol], body: sp.Expr, head: str,
+                     reduction: "tuple[str, str, str, sp.Symbol] | None" = None) -> None:
         """The loop nest of ``head + body`` with loop-invariant code motion: each factor of ``body`` is multiplied
         in at the outermost loop where all its indices are bound (``_h<level>`` carries the partial product), so
         e.g. ``Σ_α K[β,α] (v_α − f_α) ρ_α^{-1/2} J[α,j]`` computes the square root once per (β, α), not per j;
         a costly factor whose indices are not the loops outside it (``sinh(κ_δ D_δ)`` inside the loops over β, α)
-        and costly parts of a factor that depend on fewer of its indices are precomputed (:func:`lift`)."""
+        and costly parts of a factor that depend on fewer of its indices are precomputed (:func:`lift`). A
+        ``reduction = (target, op, init, k)`` whose index ``k`` is the innermost loop accumulates in a local
+        ``_acc`` (the same operations in the same order, but in a register: an array element as accumulator is
+        stored and reloaded every step)."""
         idx = sorted(indices, key=order.__getitem__)
         temps = {y: frozenset(v) for y, v in free.items()}
         levels: dict[int, list[sp.Expr]] = {}
@@ -429,14 +433,24 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
             levels.setdefault(max((idx.index(q) for q in deps), default=0), []).append(
                 precompute(sp.Mul(*factors), deps))
         pad, carried = "    ", []
+        local = reduction is not None and idx[-1] == reduction[3]
+        outer = pad
         for level, q in enumerate(idx):
+            if local and level == len(idx) - 1:
+                lines.append(f"{pad}_acc = {reduction[2]}")  # type: ignore[index]  # local implies a reduction
+                outer = pad
             lines.append(f"{pad}for {q} in range({_size_name(space, q)}):")
             pad += "    "
             carried += levels.get(level, [])
             if level < len(idx) - 1 and levels.get(level) and level + 1 in levels:
                 lines.append(f"{pad}_h{level} = {printer.doprint(sp.Mul(*carried))}")
                 carried = [sp.Symbol(f"_h{level}")]
-        lines.append(f"{pad}{head}{printer.doprint(sp.Mul(*carried))}")
+        if local:
+            target, op = reduction[0], reduction[1]  # type: ignore[index]  # local implies a reduction
+            lines.append(f"{pad}_acc {op} {printer.doprint(sp.Mul(*carried))}")
+            lines.append(f"{outer}{target} {op} _acc")
+        else:
+            lines.append(f"{pad}{head}{printer.doprint(sp.Mul(*carried))}")
 
     for a, expr in zip(assignments, hoisted):
         need(expr)
