@@ -2,7 +2,8 @@
 
 1. kernel + EVERY registered closure (``closure_names()``) on a FRESH non-rational spectrum (exponent 1.5001 plus a
    random offset, spectrum offset 3 plus a random offset, so no cache of the spectrum, its law of |ŵ|² or its
-   integrals is hit), CPU time (``time.process_time``) in this process, median of ``--repeat`` fresh spectra:
+   integrals is hit), CPU time (``time.process_time``) in this process with one BLAS thread, median of ``--repeat``
+   fresh spectra:
    target basis / default config (budget 10 ms), extended basis d = 16 (200 ms), extended basis d = 64 (500 ms);
    beside each, the ratio to the MLP run it predicts (``--mlp-seconds``: the CPU time of ``featureode simulate`` of
    the default config, 1 thread, measured once by ``--mlp``, else the recorded figure of
@@ -36,7 +37,13 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
+# one BLAS/OpenMP thread in this process too, as in the subprocess parts (ENV) and the MLP run it is compared with:
+# on the small matrices of the kernel and the constants a second OpenBLAS thread only spins, and CPU time counts
+# the spinning (≈ 2× the constants' CPU time on a loaded 2-core machine); set before NumPy is imported
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -214,7 +221,10 @@ def main() -> None:
              f"Closures: {', '.join(closures)}" + (f" (left out: {', '.join(skipped)})" if skipped else "")
              + f". Median over {args.repeat} fresh spectra (exponent 1.5001 + U(0, 1e-3), offset 3 + U(0, 1e-3)); "
              "staircase(2), γ = 0.5, the default network (N = 1024 does not enter the kernel), t_max = 300, "
-             f"rtol 1e-8. MLP: {mlp_what}; the ratio is MLP CPU / (kernel + closures) CPU.", "",
+             f"rtol 1e-8; one BLAS thread (OPENBLAS/OMP/MKL_NUM_THREADS = "
+             f"{os.environ.get('OPENBLAS_NUM_THREADS')}/{os.environ.get('OMP_NUM_THREADS')}/"
+             f"{os.environ.get('MKL_NUM_THREADS')}). MLP: {mlp_what}; the ratio is MLP CPU / (kernel + closures) CPU.",
+             "",
              "| case | modes | kernel | " + " | ".join(closures) + " | total | budget | MLP / total | load |",
              "|---|---:|---:|" + "---:|" * len(closures) + "---:|---:|---:|---|"]
     for name, r in budgets.items():

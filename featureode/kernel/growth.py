@@ -95,6 +95,7 @@ class _TiltedLaws:
         self._cache: dict[tuple[Gamma, tuple[int, ...], int], tuple[float, np.ndarray, np.ndarray]] = {}
         self._gpow: dict = {}    # e -> (Σ_i g_i^e, g^e)
         self._exact: dict = {}   # γ -> (memo of its moments Σ_π Π_B κ_B(0), shared by every K; its κ_B(0))
+        self._inverse: "tuple[int, int, list[np.ndarray]] | None" = None   # rows lo, hi, (1 + 2 z g_i)^{-n}
 
     def _contour_sum(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
         """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on the contour of rows ``lo:hi`` (kept on the widest range asked, which
@@ -108,11 +109,22 @@ class _TiltedLaws:
         return have[2][lo - have[0]: hi - have[0]]
 
     def _sum_rows(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
-        z = self.law.z[lo:hi]
-        val = np.zeros(z.shape, dtype=complex)
-        for gi in self.law.g:
-            val += gi**e / (1 + 2 * gi * z) ** n
-        return val
+        """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on rows ``lo:hi``: the reciprocals of every direction at once, their
+        ``n``-th power by repeated multiplication (NumPy's complex power is ~20× slower), contracted with ``g^e``."""
+        return np.tensordot(self.law.g**e, self._inverse_powers(n, lo, hi), axes=1)
+
+    def _inverse_powers(self, n: int, lo: int, hi: int) -> np.ndarray:
+        """``(1 + 2 z g_i)^{−n}`` for every direction ``i`` on rows ``lo:hi`` (``d × rows × contour``), kept with
+        the lower powers on the widest range asked (recomputed when a range outside it is asked)."""
+        have = self._inverse
+        if have is None or not (have[0] <= lo and hi <= have[1]):
+            L, H = (lo, hi) if have is None else (min(lo, have[0]), max(hi, have[1]))
+            inv = 1 / (1 + 2 * self.law.g[:, None, None] * self.law.z[None, L:H])
+            have = self._inverse = (L, H, [inv, inv])   # slot 0 (power 0) is never read
+        powers = have[2]
+        while len(powers) <= n:
+            powers.append(powers[-1] * powers[1])
+        return powers[n][:, lo - have[0]: hi - have[0]]
 
     def _cumulant(self, gamma: Gamma, n: int, e: int, lo: int, hi: int) -> np.ndarray:
         """``κ_B`` on the contour of rows ``lo:hi`` for ``|B| = n``, ``e = |B| + Σ_{k∈B} k``."""

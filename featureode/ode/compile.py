@@ -316,6 +316,18 @@ class _LoopPrinter(PythonCodePrinter):
         return f"(1.0 if {a} == {b} else 0.0)"
 
 
+def _costly(expr: sp.Expr) -> bool:
+    """Whether ``expr`` calls a function (sinh, sqrt, Max …) or takes a non-integer power: worth computing once."""
+    if expr.is_number:
+        return False
+    for node in sp.preorder_traversal(expr):
+        if isinstance(node, sp.KroneckerDelta) or getattr(node, "is_number", False):
+            continue
+        if isinstance(node, sp.Function) or (isinstance(node, sp.Pow) and not node.exp.is_Integer):
+            return True
+    return False
+
+
 def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Assignment], ret: str) -> list[str]:
     """Loops in axis order (β, i, α, j — the memory order of ``B[β, i]``, ``K[β, α]``, ``J[·, j]``); every Sum/Product
     is hoisted into its own accumulator array, filled by one loop nest over its free indices and its summation index;
@@ -350,34 +362,103 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
                 lines.extend([f"{pad}_e = {printer.doprint(body.exp)}", f"{pad}if _e != 0.0:",
                               f"{pad}    {target} {op} ({printer.doprint(body.base)})**_e"])
             else:
-                hoisted_nest(free[x] + [k], body, f"{target} {op} ")
+                hoisted_nest(free[x] + [k], body, f"{target} {op} ", (target, op, init, k))
 
-    def hoisted_nest(indices: list[sp.Symbol], body: sp.Expr, head: str) -> None:
+    precomputed: dict[sp.Expr, sp.Expr] = {}
+
+    def lift(expr: sp.Expr, nest_set: frozenset) -> sp.Expr:
+        """``expr`` (evaluated once per point of the loops over ``nest_set``) with every costly subexpression
+        (a function call or a non-integer power) that depends on fewer indices than ``nest_set`` replaced by an
+        array ``_p<n>`` over its own indices, filled before the nest (a scalar when it has none): e.g.
+        ``Σ_δ U[β,α,δ] sinh(κ_δ D_δ)/κ_δ`` evaluates the sinh M times, not M³. The factors of a product are
+        grouped by the indices they depend on, so one array holds each group."""
+        temps = {y: frozenset(v) for y, v in free.items()}
+        if expr.is_number or not expr.args or isinstance(expr, sp.Indexed):
+            return expr
+        deps = axes(expr, space, temps)
+        if deps < nest_set and _costly(expr):
+            return precompute(expr, deps)
+        if expr.is_Mul:
+            groups: dict[frozenset, list[sp.Expr]] = {}
+            for factor in expr.args:
+                groups.setdefault(axes(factor, space, temps), []).append(factor)
+            out = []
+            for g_deps, factors in groups.items():
+                prod = sp.Mul(*factors)
+                out.append(precompute(prod, g_deps) if g_deps < nest_set and _costly(prod)
+                           else sp.Mul(*[lift(x, nest_set) for x in factors]))
+            return sp.Mul(*out)
+        return expr.func(*[lift(a, nest_set) for a in expr.args])
+
+    def precompute(expr: sp.Expr, deps: frozenset) -> sp.Expr:
+        if expr in precomputed:
+            return precomputed[expr]
+        body = lift(expr, deps)
+        name = f"_p{len(precomputed)}"
+        ordered = sorted(deps, key=order.__getitem__)
+        if ordered:
+            lines.append(f"    {name} = numpy.empty({_tuple(_size_name(space, k) for k in ordered)})")
+            pad = nest(ordered)
+            lines.append(f"{pad}{name}[{', '.join(map(str, ordered))}] = {printer.doprint(body)}")
+            ref: sp.Expr = sp.IndexedBase(name)[tuple(ordered)]
+        else:
+            lines.append(f"    {name} = {printer.doprint(body)}")
+            ref = sp.Symbol(name)
+        precomputed[expr] = ref
+        return ref
+
+    def hoisted_nest(indices: list[sp.Symbol], body: sp.Expr, head: str,
+                     reduction: "tuple[str, str, str, sp.Symbol] | None" = None) -> None:
         """The loop nest of ``head + body`` with loop-invariant code motion: each factor of ``body`` is multiplied
         in at the outermost loop where all its indices are bound (``_h<level>`` carries the partial product), so
-        e.g. ``Σ_α K[β,α] (v_α − f_α) ρ_α^{-1/2} J[α,j]`` computes the square root once per (β, α), not per j."""
+        e.g. ``Σ_α K[β,α] (v_α − f_α) ρ_α^{-1/2} J[α,j]`` computes the square root once per (β, α), not per j;
+        a costly factor whose indices are not the loops outside it (``sinh(κ_δ D_δ)`` inside the loops over β, α)
+        and costly parts of a factor that depend on fewer of its indices are precomputed (:func:`lift`). A
+        ``reduction = (target, op, init, k)`` whose index ``k`` is the innermost loop accumulates in a local
+        ``_acc`` (the same operations in the same order, but in a register: an array element as accumulator is
+        stored and reloaded every step)."""
         idx = sorted(indices, key=order.__getitem__)
         temps = {y: frozenset(v) for y, v in free.items()}
         levels: dict[int, list[sp.Expr]] = {}
+        lifted: dict[frozenset, list[sp.Expr]] = {}
         for factor in sp.Mul.make_args(body):
             deps = axes(factor, space, temps)
-            levels.setdefault(max((idx.index(q) for q in deps), default=0), []).append(factor)
+            level = max((idx.index(q) for q in deps), default=0)
+            prefix = frozenset(idx[:level + 1])
+            if deps < prefix and _costly(factor):
+                lifted.setdefault(deps, []).append(factor)
+            else:
+                levels.setdefault(level, []).append(lift(factor, prefix))
+        for deps, factors in lifted.items():
+            levels.setdefault(max((idx.index(q) for q in deps), default=0), []).append(
+                precompute(sp.Mul(*factors), deps))
         pad, carried = "    ", []
+        local = reduction is not None and idx[-1] == reduction[3]
+        outer = pad
         for level, q in enumerate(idx):
+            if local and level == len(idx) - 1:
+                lines.append(f"{pad}_acc = {reduction[2]}")  # type: ignore[index]  # local implies a reduction
+                outer = pad
             lines.append(f"{pad}for {q} in range({_size_name(space, q)}):")
             pad += "    "
             carried += levels.get(level, [])
             if level < len(idx) - 1 and levels.get(level) and level + 1 in levels:
                 lines.append(f"{pad}_h{level} = {printer.doprint(sp.Mul(*carried))}")
                 carried = [sp.Symbol(f"_h{level}")]
-        lines.append(f"{pad}{head}{printer.doprint(sp.Mul(*carried))}")
+        if local:
+            target, op = reduction[0], reduction[1]  # type: ignore[index]  # local implies a reduction
+            lines.append(f"{pad}_acc {op} {printer.doprint(sp.Mul(*carried))}")
+            lines.append(f"{outer}{target} {op} _acc")
+        else:
+            lines.append(f"{pad}{head}{printer.doprint(sp.Mul(*carried))}")
 
     for a, expr in zip(assignments, hoisted):
         need(expr)
         if a.index:
+            body = lift(expr, frozenset(a.index))
             lines.append(f"    {a.name} = numpy.empty({_tuple(_size_name(space, k) for k in a.index)})")
             pad = nest(a.index)
-            lines.append(f"{pad}{a.name}[{', '.join(map(str, a.index))}] = {printer.doprint(expr)}")
+            lines.append(f"{pad}{a.name}[{', '.join(map(str, a.index))}] = {printer.doprint(body)}")
         else:
             lines.append(f"    {a.name} = float({printer.doprint(expr)})")
     return lines + [f"    return {ret}", "", ""]
