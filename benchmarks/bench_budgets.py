@@ -12,9 +12,9 @@
    cache (``FEATUREODE_CACHE_DIR`` a new folder, which also holds numba's cache of the generated modules), wall
    (budget 5 s), and the same with one variant: (3-variant − 1-variant)/2 per additional variant (budget 2 s);
 3. the CLI sweep: ``featureode sweep benchmarks/grids/sweep1000.toml --ode-only --jobs 2`` (1000 configs: 10 γ × 10 d
-   × 10 exponents, target basis, lazy + displacement), end to end in a fresh process, wall (budget 10 s), with the
+   × 10 exponents, target basis, lazy + displacement + second_order), end to end in a fresh process, wall (budget 10 s), with the
    numba code compiled beforehand (a first sweep of 64 of the grid's configs in one process compiles it; its wall
-   is recorded), and the result checked: 2000 rows, every one ``ok``, and the curve file holding 2000 curves; then
+   is recorded), and the result checked: 3000 rows, every one ``ok``, and the curve file holding 3000 curves; then
    the same sweep in one process (``--jobs 1``), wall and CPU time: the CPU time does not depend on what else the
    machine runs, the 2-job wall does.
 
@@ -184,7 +184,7 @@ def bench_sweep() -> dict:
 def bench_mlp() -> float:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "cfg.toml"
-        cfg.write_text('[training]\ndevice = "cpu"\nthreads = 1\n')
+        cfg.write_text('[target]\nexpr = "staircase(2)"\n\n[training]\ndevice = "cpu"\nthreads = 1\n')
         import resource
 
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
