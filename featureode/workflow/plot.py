@@ -129,6 +129,25 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def _panel_axes(ax: Any, names: Sequence[str], what: str, size: tuple[float, float], nrow: int, ncol: int,
+                **share: bool) -> tuple[Any, list[Any], bool]:
+    """``(figure, one axes per panel, whether the figure is ours)``: a new constrained figure of ``size`` with an
+    ``nrow × ncol`` grid (``share``: subplots' sharex/sharey; cells past the panels hidden), or the caller's ``ax``,
+    which must hold one axes per panel (``what``, e.g. "this plot has", opens the one-line error)."""
+    n = len(names)
+    if ax is None:
+        fig = new_figure(size, layout="constrained")
+        axes = list(fig.subplots(nrow, ncol, squeeze=False, **share).ravel())
+        for a in axes[n:]:
+            a.set_visible(False)
+        return fig, axes, True
+    axes = list(np.ravel(np.asarray(ax, dtype=object)))
+    if len(axes) != n:
+        raise PlotError(f"{what} {n} panel{'s' if n > 1 else ''} ({', '.join(names)}); give ax as {n} axes, "
+                        "or choose the variant(s) to draw")
+    return axes[0].figure, axes, False
+
+
 def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, metric: str = "t10_ratio",
                  variant: "str | Sequence[str] | None" = None, where: dict[str, Any] | None = None, *,
                  overlay: bool | None = None, figsize: tuple[float, float] | None = None, ax: Any = None,
@@ -161,21 +180,10 @@ def phase_figure(rows: Sequence[dict[str, Any]], x: str, y: str | None = None, m
     x_name = ", ".join([label(x)] + [label(k) for k in dx])
     y_name = ", ".join([label(y)] + [label(k) for k in dy]) if yk else label(metric)  # type: ignore[arg-type]  # metric is set when there is no y key
     with styled(style) as st:
-        if ax is None:
-            w = max(4.2, 0.9 * len(xs) + 2.2) if yk else 5.0
-            h = max(3.2, 0.5 * len(ys) + 1.8) if yk else 3.8
-            size = figsize or st.size((w * ncol, h * nrow + 0.4), aspect=(h * nrow + 0.4) / (w * ncol))
-            fig = new_figure(size, layout="constrained")
-            axes = list(fig.subplots(nrow, ncol, squeeze=False, sharey=not yk).ravel())
-            for a in axes[n:]:
-                a.set_visible(False)
-            own = True
-        else:
-            axes = list(np.ravel(np.asarray(ax, dtype=object)))
-            if len(axes) != n:
-                raise PlotError(f"this plot has {n} panel{'s' if n > 1 else ''} ({', '.join(panels)}); give "
-                                f"ax as {n} axes, or choose the variant(s) to draw")
-            fig, own = axes[0].figure, False
+        w = max(4.2, 0.9 * len(xs) + 2.2) if yk else 5.0
+        h = max(3.2, 0.5 * len(ys) + 1.8) if yk else 3.8
+        size = figsize or st.size((w * ncol, h * nrow + 0.4), aspect=(h * nrow + 0.4) / (w * ncol))
+        fig, axes, own = _panel_axes(ax, list(panels), "this plot has", size, nrow, ncol, sharey=not yk)
         ratio = metric in RATIOS
         stats = {name: _cells(rs, xk, yk, metric) for name, rs in panels.items()}
         finite = [m for st_ in stats.values() for m, _, _ in st_.values() if m is not None]
@@ -352,20 +360,9 @@ def curves_figure(out: "str | Path", x: str, quantity: str = "loss", variant: "s
     ncol = min(n, 3)
     nrow = math.ceil(n / ncol)
     with styled(style) as st:
-        if ax is None:
-            size = figsize or st.size((4.6 * ncol + 1.0, 3.6 * nrow + 0.4),
-                                      aspect=(3.6 * nrow + 0.4) / (4.6 * ncol + 1))
-            fig = new_figure(size, layout="constrained")
-            axes = list(fig.subplots(nrow, ncol, squeeze=False, sharex=True, sharey=True).ravel())
-            for a in axes[n:]:
-                a.set_visible(False)
-            own = True
-        else:
-            axes = list(np.ravel(np.asarray(ax, dtype=object)))
-            if len(axes) != n:
-                raise PlotError(f"these curves have {n} panel{'s' if n > 1 else ''} ({', '.join(names)}); give ax "
-                                f"as {n} axes, or choose the variant(s) to draw")
-            fig, own = axes[0].figure, False
+        size = figsize or st.size((4.6 * ncol + 1.0, 3.6 * nrow + 0.4),
+                                  aspect=(3.6 * nrow + 0.4) / (4.6 * ncol + 1))
+        fig, axes, own = _panel_axes(ax, list(names), "these curves have", size, nrow, ncol, sharex=True, sharey=True)
         for a, name in zip(axes, names):
             part = frame[frame["name"] == name]
             segments, colours = [], []
