@@ -126,6 +126,20 @@ def _relu_output_kernel() -> Callable[..., None]:
     return numba.njit(cache=True, fastmath=False, boundscheck=False, nogil=True)(_relu_output_loop)
 
 
+def _chunk_sums(parts: Any) -> list[torch.Tensor]:
+    """The element-wise sums of the gradient tuples of a batch's chunks, in chunk order: the first chunk's tensors
+    (fresh outputs of its kernel) accumulate the others in place."""
+    total: list[torch.Tensor] | None = None
+    for part in parts:
+        if total is None:
+            total = list(part)
+        else:
+            for acc, v in zip(total, part):
+                acc.add_(v)
+    assert total is not None  # the batch holds at least one chunk
+    return total
+
+
 class _ReluStep:
     """The CPU step sums of one ReLU run, bit for bit those of the compiled :func:`_kernels` ``gradients``, about
     1.5–2× faster: per chunk the two products ``w xᵀ``, ``w⁰ xᵀ`` into preallocated (N, C) buffers (no bias: see
@@ -154,22 +168,18 @@ class _ReluStep:
         w, b, a, w0, b0, a0 = p
         kernel = _relu_output_kernel()
         vectors = tuple(t[0].numpy() for t in (b, b0, a, a0))
-        total: list[torch.Tensor] | None = None
-        for lo in range(0, x.shape[1], chunk):
-            xc, yc = x[:, lo:lo + chunk], y[:, lo:lo + chunk]
-            u, u0, f_sum, (u_np, u0_np, f_np) = self._buffers(xc.shape[1])
-            xt = xc.transpose(1, 2)
-            torch.bmm(w, xt, out=u)
-            torch.bmm(w0, xt, out=u0)
-            kernel(u_np, u0_np, *vectors, f_np)
-            part = self.backward(u, b, a, f_sum, scale, yc, xc)
-            if total is None:
-                total = list(part)      # fresh outputs of the kernel: accumulated in place
-            else:
-                for acc, v in zip(total, part):
-                    acc.add_(v)
-        assert total is not None  # the batch holds at least one chunk
-        return total
+
+        def parts() -> Any:
+            for lo in range(0, x.shape[1], chunk):
+                xc, yc = x[:, lo:lo + chunk], y[:, lo:lo + chunk]
+                u, u0, f_sum, (u_np, u0_np, f_np) = self._buffers(xc.shape[1])
+                xt = xc.transpose(1, 2)
+                torch.bmm(w, xt, out=u)
+                torch.bmm(w0, xt, out=u0)
+                kernel(u_np, u0_np, *vectors, f_np)
+                yield self.backward(u, b, a, f_sum, scale, yc, xc)
+
+        return _chunk_sums(parts())
 
 
 class _Compiled:
@@ -313,16 +323,9 @@ class MeanFieldBatch:
         if sums is not None:
             grad_w, grad_b, grad_a, sq = sums
         else:
-            total: list[torch.Tensor] | None = None
-            for lo in range(0, batch, self.chunk):
-                part = self._grads(*p, x[:, lo:lo + self.chunk], y[:, lo:lo + self.chunk], scale)
-                if total is None:
-                    total = list(part)      # fresh outputs of the kernel: accumulated in place
-                else:
-                    for acc, v in zip(total, part):
-                        acc.add_(v)
-            assert total is not None  # the batch holds at least one chunk
-            grad_w, grad_b, grad_a, sq = total
+            grad_w, grad_b, grad_a, sq = _chunk_sums(
+                self._grads(*p, x[:, lo:lo + self.chunk], y[:, lo:lo + self.chunk], scale)
+                for lo in range(0, batch, self.chunk))
         rate64 = torch.tensor(list(lr), dtype=torch.float64) * self.step_factor[runs] / batch
         coef = rate64.to(x).unsqueeze(1)
         if self.plain:
