@@ -235,6 +235,29 @@ def test_rodas4_step_has_local_error_of_order_five(monkeypatch):
     assert np.all(orders > 4.7), orders
 
 
+@pytest.mark.parametrize("s", [0.3, 0.5, 0.8])
+def test_rodas4_dense_output_is_of_order_three(monkeypatch, s):
+    """The dense output between a step's ends (:data:`integrate.D`) on ``y' = −y³`` (``y = (1 + 2t)^{−1/2}``): its
+    error at ``t = s h`` falls as ``h⁴`` (an interpolant of order 3; any wrong coefficient leaves ``h²`` or ``h³``),
+    and it is exact at both ends."""
+    monkeypatch.setattr(integrate, "rhs", lambda y: -y**3, raising=False)
+    errors = []
+    for h in (0.02, 0.01, 0.005):
+        y0 = np.ones(1)
+        ks, ynew = np.empty((6, 1)), np.empty(1)
+        integrate._rodas_step(y0, (), np.array([[-3.0]]), False, h, np.empty((1, 1)), None, np.zeros(1, dtype=int),
+                              None, ks, ynew, integrate.A, integrate.C, integrate.M, integrate.GAMMA)
+        q2, q3 = integrate.D[:, :5] @ ks[:5]
+
+        def dense(x: float) -> float:
+            return float(((1 - x) * y0 + x * (ynew + (1 - x) * (q2 + x * q3)))[0])
+
+        assert dense(0.0) == y0[0] and dense(1.0) == ynew[0]
+        errors.append(abs(dense(s) - (1 + 2 * s * h) ** -0.5))
+    orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
+    assert np.all(orders > 3.6), orders
+
+
 def test_custom_closure_example_runs(tmp_path):
     spec = importlib.util.spec_from_file_location("custom_closure", ROOT / "examples" / "custom_closure.py")
     example = importlib.util.module_from_spec(spec)

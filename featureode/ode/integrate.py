@@ -12,10 +12,12 @@ iteration. The feature ODE's Jacobian has the block form ``[[J_ff, J_fD], [−I,
 ``G`` is solved through its ``M × M`` Schur complement (an 8× cheaper LU) whenever the block form holds. The error norm and step control are SciPy's (RMS of ``err/(atol + rtol max(|y|, |y_new|))``, factor
 ``0.9 err^{-1/4}`` within ``[0.2, 6]``, no growth right after a rejection).
 
-Output. The step size is cut so that every output time is hit exactly (no interpolation). Events ``L/L(0) = level``
+Output. The steps are the error control's own (only the last one is cut to end on the final time); the state at
+the output times inside an accepted step comes from RODAS4's dense output (:data:`D`, order 3, exact at both ends of
+the step), so 200 output times do not force 200 steps. Events ``L/L(0) = level``
 (``L/L(0) = Σ_β (v_β − f_β)²/Σ_β v_β²``, falling through the level): when an accepted step crosses a level, the
 crossing is located by the Illinois method on the step size ``τ ∈ [0, h]`` of a single RODAS4 step from the step's
-start, so the event time is exact to the integration tolerance, like SciPy's events on its dense output.
+start, so the event time is exact to the integration tolerance (not interpolated).
 
 Failures end the integration at the last accepted state with a status code (:data:`STATUS`): non-finite values or
 a state beyond ``bound`` (blow-up), a step size below round-off, or ``max_steps`` steps.
@@ -52,6 +54,12 @@ _C_ROWS = ((-5.6688,),
 for _k, (_a, _c) in enumerate(zip(_A_ROWS, _C_ROWS), start=1):
     A[_k, :_k], C[_k, :_k] = _a, _c
 M = np.array([1.221224509226641, 6.019134481288629, 12.53708332932087, -0.6878860361058950, 1.0, 1.0])
+
+#: Dense output of RODAS4 (Hairer's ``rodas.f``, its ``D21``–``D35``): on an accepted step of size ``h`` from ``y`` to
+#: ``y_new`` with stages ``K_1..K_5``, ``y(t + s h) = (1 − s) y + s (y_new + (1 − s)(q_2 + s q_3))`` with
+#: ``q_2 = Σ_k D[0, k] K_k``, ``q_3 = Σ_k D[1, k] K_k``: an interpolant of order 3 that reproduces both ends exactly.
+D = np.array([[10.12623508344586, -7.487995877610167, -34.80091861555747, -7.992771707568823, 1.025137723295662, 0.0],
+              [-0.6762803392801253, 6.087714651680015, 16.43084320892478, 24.76722511418386, -6.594389125716872, 0.0]])
 
 #: Status codes returned by the compiled integrator.
 STATUS = {0: "reached t_max", -1: "the state became non-finite or beyond the blow-up bound",
@@ -200,7 +208,7 @@ def _rodas_step(y, p, jacobian, reduced, h, lu, lu_red, piv, work, ks, ynew, coe
 
 
 def rodas(y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a, coef_c, coef_m,  # noqa: ANN001, ANN201
-          gamma):
+          gamma, coef_d):
     """Integrate ``y' = rhs(y, *p)`` from ``y0`` at ``t = 0`` through the output times ``t_eval`` (ascending,
     ``t_eval[0] = 0``). Returns ``(Y, R, S, LAM, n_out, status, t_reached, component, t_events, stats)``: states
     and observables (``observe(y, *p) = (r, s, λ)``) at the first ``n_out`` output times, the status code, the last
@@ -224,6 +232,7 @@ def rodas(y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a, coef_c
     lu_red = np.empty((n // 2, n // 2))
     work = np.empty(n // 2)
     piv = np.zeros(n, dtype=np.int64)
+    yout = np.empty(n)
     n_rhs, n_jac, n_steps, n_rej = 0, 0, 0, 0
     r0, s0, lam0 = observe(y, *p)  # noqa: F821 - the system's generated observables
     out_y[0] = y
@@ -235,15 +244,15 @@ def rodas(y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a, coef_c
     component = -1
     rejected = False
     loss_old = _relative_loss(v, y)
+    t_end = t_eval[n_eval - 1]
     while k_out < n_eval:
         if n_steps >= max_steps:
             status = -3
             break
-        t_next = t_eval[k_out]
         h_ctrl = h
-        hit = t + 1.05 * h >= t_next
+        hit = t + 1.05 * h >= t_end
         if hit:
-            h = t_next - t
+            h = t_end - t
         jacobian = jac(y, *p)  # noqa: F821 - the system's generated exact Jacobian
         reduced = _reducible(jacobian)
         n_jac += 1
@@ -282,7 +291,7 @@ def rodas(y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a, coef_c
         if big > 0.0:
             status = -1
             break
-        t_new = t_next if hit else t + h
+        t_new = t_end if hit else t + h
         loss_new = _relative_loss(v, ynew)
         for e in range(levels.size):
             if np.isnan(t_events[e]) and loss_old > levels[e] >= loss_new:
@@ -320,15 +329,28 @@ def rodas(y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a, coef_c
         if hit and not rejected and h < h_ctrl:
             h = h_ctrl
         rejected = False
+        # the output times of this step: the dense output inside it, the new state at its end
+        while k_out < n_eval and (hit or t_eval[k_out] < t_new):
+            if hit and k_out == n_eval - 1:
+                for q in range(n):
+                    yout[q] = ynew[q]
+            else:
+                sc = (t_eval[k_out] - t) / h_taken
+                for q in range(n):
+                    q2 = 0.0
+                    q3 = 0.0
+                    for k in range(5):
+                        q2 += coef_d[0, k] * ks[k, q]
+                        q3 += coef_d[1, k] * ks[k, q]
+                    yout[q] = (1.0 - sc) * y[q] + sc * (ynew[q] + (1.0 - sc) * (q2 + sc * q3))
+            r, s, lam = observe(yout, *p)  # noqa: F821
+            out_y[k_out] = yout
+            out_r[k_out], out_s[k_out], out_lam[k_out] = r, s, lam
+            k_out += 1
         t = t_new
         for q in range(n):
             y[q] = ynew[q]
         loss_old = loss_new
-        if hit:
-            r, s, lam = observe(y, *p)  # noqa: F821
-            out_y[k_out] = y
-            out_r[k_out], out_s[k_out], out_lam[k_out] = r, s, lam
-            k_out += 1
     return (out_y, out_r, out_s, out_lam, k_out, status, t, component, t_events,
             np.array([n_rhs, n_jac, n_steps, n_rej]))
 
@@ -351,7 +373,7 @@ def template_source() -> list[str]:
 # ----------------------------------------------------------------------------------------------------------------
 class _NumpyRodas:
     """:func:`rodas` written with NumPy vector operations and LAPACK's LU (SciPy), step for step the same method:
-    the same stages, error norm, step-size control, output-time hits, events and failure checks, so its curves
+    the same stages, error norm, step-size control, dense output, events and failure checks, so its curves
     equal the compiled ones to round-off (summation order). It runs Python per step (≈ 0.1–1 ms a step), so it
     serves a few solves of a system whose numba code would first have to be compiled (seconds)."""
 
@@ -406,7 +428,7 @@ class _NumpyRodas:
         return 6, ynew, ks
 
     def __call__(self, y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a=None, coef_c=None,  # noqa
-                 coef_m=None, gamma=None):
+                 coef_m=None, gamma=None, coef_d=None):
         """Same arguments and result as :func:`rodas` (the coefficients are this module's)."""
         n, n_eval, d, m = y0.size, t_eval.size, p[0].shape[1], v.size
         out_y, out_r = np.full((n_eval, n), np.nan), np.full((n_eval, d), np.nan)
@@ -425,15 +447,15 @@ class _NumpyRodas:
         h = 1e-6 * max(t_eval[n_eval - 1], 1.0) if n_eval > 1 else 0.0
         status, component, rejected = 0, -1, False
         loss_old = loss(y)
+        t_end = t_eval[n_eval - 1]
         while k_out < n_eval:
             if n_steps >= max_steps:
                 status = -3
                 break
-            t_next = t_eval[k_out]
             h_ctrl = h
-            hit = t + 1.05 * h >= t_next
+            hit = t + 1.05 * h >= t_end
             if hit:
-                h = t_next - t
+                h = t_end - t
             with np.errstate(all="ignore"):
                 jacobian = np.asarray(self.jac(y, *p), dtype=float)
             mm = n // 2
@@ -461,7 +483,7 @@ class _NumpyRodas:
             if over.any():
                 status, component = -1, int(np.argmax(over))
                 break
-            t_new = t_next if hit else t + h
+            t_new = t_end if hit else t + h
             loss_new = loss(ynew)
             for e in range(levels.size):
                 if np.isnan(t_events[e]) and loss_old > levels[e] >= loss_new:
@@ -498,13 +520,19 @@ class _NumpyRodas:
             if hit and not rejected and h < h_ctrl:
                 h = h_ctrl
             rejected = False
+            q2, q3 = D[:, :5] @ ks[:5]
+            while k_out < n_eval and (hit or t_eval[k_out] < t_new):
+                if hit and k_out == n_eval - 1:
+                    yout = ynew
+                else:
+                    sc = (t_eval[k_out] - t) / h_taken
+                    yout = (1.0 - sc) * y + sc * (ynew + (1.0 - sc) * (q2 + sc * q3))
+                r, s, lam = self.observe(yout, *p)
+                out_y[k_out], out_r[k_out], out_s[k_out], out_lam[k_out] = yout, r, s, lam
+                k_out += 1
             t = t_new
             y = ynew
             loss_old = loss_new
-            if hit:
-                r, s, lam = self.observe(y, *p)
-                out_y[k_out], out_r[k_out], out_s[k_out], out_lam[k_out] = y, r, s, lam
-                k_out += 1
         return (out_y, out_r, out_s, out_lam, k_out, status, t, component, t_events,
                 np.array([n_rhs, n_jac, n_steps, n_rej]))
 
@@ -563,7 +591,7 @@ def run(compiled_rodas: Callable, inputs: Sequence[Any], t_eval: np.ndarray, v: 
     y0 = np.zeros(2 * np.asarray(v).size)
     out = compiled_rodas(y0, p, np.ascontiguousarray(t_eval, dtype=float), float(rtol), float(atol),
                          np.ascontiguousarray(v, dtype=float), np.asarray(levels, dtype=float), float(bound),
-                         int(max_steps), A, C, M, GAMMA)
+                         int(max_steps), A, C, M, GAMMA, D)
     y, r, s, lam, n_out, status, t_reached, component, t_events, stats = out
     return IntegratorResult(t_eval[:n_out], y[:n_out], r[:n_out], s[:n_out], lam[:n_out], int(status),
                             float(t_reached), None if component < 0 else int(component),
