@@ -151,7 +151,14 @@ def _interrupt_and_resume(reference, tmp_path, t_max: float, sig: int, kills: in
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
 def test_killed_once_and_resumed_is_bit_identical(reference, tmp_path, sig):
-    answered = _interrupt_and_resume(reference, tmp_path, 80.0, sig, kills=1, seed=int(sig))
+    # a run that finishes before its signal (a loaded machine trains faster or slower than the reference did) tests
+    # nothing about interruption: then it is tried again at other random kill times, up to three times
+    for attempt in range(3):
+        folder = tmp_path / f"try{attempt}"
+        folder.mkdir()
+        answered = _interrupt_and_resume(reference, folder, 80.0, sig, kills=1, seed=int(sig) + 100 * attempt)
+        if answered or sig == signal.SIGKILL:
+            break
     assert answered == (sig == signal.SIGINT)
 
 
