@@ -27,12 +27,42 @@ def _one_plus_exp(e: sp.Expr) -> sp.Expr | None:
 
 def _stable(expr: sp.Expr) -> sp.Expr:
     """The same function with ``(1 + e^v)^{-n} → logistic(-v)^n`` and ``log(1 + e^v) → softplus(v)``, for
-    overflow-free floating-point evaluation (the symbols ``_logistic``/``_softplus`` map to stable numerics)."""
+    overflow-free floating-point evaluation (the symbols ``_logistic``/``_softplus`` map to stable numerics); then
+    ``logistic(w)^n e^{−m w} → logistic(−w)^m logistic(w)^{n−m}`` (``1 ≤ m ≤ n``), so that the derivatives of
+    softplus and silu, whose terms pair ``logistic(−u)^n`` with ``e^{nu}``, do not overflow to ``inf · 0`` at large
+    ``|u|``."""
     expr = expr.replace(lambda e: isinstance(e, sp.log) and _one_plus_exp(e.args[0]) is not None,
                         lambda e: _SOFTPLUS(_one_plus_exp(e.args[0])))
-    return expr.replace(
+    expr = expr.replace(
         lambda e: e.is_Pow and e.exp.is_Integer and e.exp < 0 and _one_plus_exp(e.base) is not None,
         lambda e: _LOGISTIC(-_one_plus_exp(e.base)) ** (-e.exp))  # type: ignore[operator]  # the query above ensures it is not None
+    return expr.replace(lambda e: e.is_Mul and e.has(_LOGISTIC) and e.has(sp.exp), _cancel_exponentials)
+
+
+def _cancel_exponentials(term: sp.Expr) -> sp.Expr:
+    """One product with every ``logistic(w)^n e^{−m w}`` (``1 ≤ m ≤ n``) as ``logistic(−w)^m logistic(w)^{n−m}``
+    (``logistic(w) e^{−w} = logistic(−w)``)."""
+    factors = list(term.args)
+    changed = True
+    while changed:
+        changed = False
+        for i, f in enumerate(factors):
+            if not isinstance(f, sp.exp):
+                continue
+            for j, g in enumerate(factors):
+                base, n = (g.base, g.exp) if g.is_Pow else (g, sp.S.One)
+                if not (isinstance(base, _LOGISTIC) and n.is_Integer and n > 0):
+                    continue
+                w = base.args[0]
+                m = sp.cancel(-f.args[0] / w)
+                if m.is_Integer and 1 <= m <= n:
+                    factors[j] = _LOGISTIC(-w) ** m * base ** (n - m)
+                    factors[i] = sp.S.One
+                    changed = True
+                    break
+            if changed:
+                break
+    return sp.Mul(*factors)
 
 
 @lru_cache(maxsize=1)
