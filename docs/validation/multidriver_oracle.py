@@ -11,7 +11,8 @@ extended-basis ODE carries), every mode driving at once:
 
 with ``θ = (a, ŵ, b)``, ``P = diag(1, g, 1)`` and the projections ``A_α = ŵ^α m_{|α|}(b, |ŵ|)/sqrt(α!)``, their
 gradients by ``∂_b m_k = m_{k+1}``, ``∂_{ŵ_i} m_k = ŵ_i m_{k+2}`` (ReLU: the closed-form Stein means of the test
-oracle, ``theory_tests/_per_neuron.py``; other activations: the package's ``m_k``). Its kernel ``K_βα(t) = E[⟨P^{1/2}∇φ_β, P^{1/2}∇φ_α⟩]`` is
+oracle, ``theory_tests/_per_neuron.py``; erf, gelu, …: the package's closed forms; the others: the package's
+quadrature rule on a table of ``(b, |ŵ|)``, splined, :class:`MeanTable`). Its kernel ``K_βα(t) = E[⟨P^{1/2}∇φ_β, P^{1/2}∇φ_α⟩]`` is
 the package's Gram at t = 0 (checked below against ``kernel_theory``'s exact quadrature, within the sample's
 standard error), and ``df/dt = K(t) R`` holds along the flow by construction; nothing is expanded or resummed, so
 this is the exact flow of the extended-basis system, up to (a) the ``--n`` sampled neurons (one seed) and (b) the
@@ -20,16 +21,17 @@ MLP crossings (seed means) and with the package's ``rational`` ODE on the same b
 ``min(h_max, c/λ_max(K))`` (``λ_max`` recomputed every 10 steps); ``--check`` reruns a case at half the step.
 
 Run:  python docs/validation/multidriver_oracle.py [--n 4000] [--cases 0,1,...] [--check] [--md FILE]
+      python docs/validation/multidriver_oracle.py --suite wide --h-max 2 --max-steps 3000   (every case of a suite,
+      with the ±10% / ±20% counts of the oracle and of ``rational``; ``docs/validation/multidriver_oracle.md``)
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import sys
 import time
 from pathlib import Path
-
-import csv
 
 import numpy as np
 from scipy.interpolate import RectBivariateSpline
