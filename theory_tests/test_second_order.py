@@ -20,7 +20,7 @@ from featureode.kernel.theory import network_eigenvalues
 G3 = np.array([0.25, 0.15, 0.1])
 
 
-# tanh (27 s, its quadrature needs more nodes) runs with the slow tests; test_kernel checks tanh's λ against Monte Carlo
+# tanh (27 s of CI here) runs with the slow tests; test_kernel checks tanh's λ against Monte Carlo
 @pytest.mark.parametrize("act", ["relu", "erf", pytest.param("tanh", marks=pytest.mark.slow)])
 def test_lambda0_equals_the_kernel_eigenvalue(act):
     g = np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.07, 0.05, 0.05])
