@@ -249,7 +249,6 @@ def rodas(y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a, coef_c
         if n_steps >= max_steps:
             status = -3
             break
-        h_ctrl = h
         hit = t + 1.05 * h >= t_end
         if hit:
             h = t_end - t
@@ -326,8 +325,6 @@ def rodas(y0, p, t_eval, rtol, atol, v, levels, bound, max_steps, coef_a, coef_c
             fac = min(fac, 1.0)
         h_taken = h
         h = h_taken * fac
-        if hit and not rejected and h < h_ctrl:
-            h = h_ctrl
         rejected = False
         # the output times of this step: the dense output inside it, the new state at its end
         while k_out < n_eval and (hit or t_eval[k_out] < t_new):
@@ -452,7 +449,6 @@ class _NumpyRodas:
             if n_steps >= max_steps:
                 status = -3
                 break
-            h_ctrl = h
             hit = t + 1.05 * h >= t_end
             if hit:
                 h = t_end - t
@@ -517,8 +513,6 @@ class _NumpyRodas:
                 fac = min(fac, 1.0)
             h_taken = h
             h = h_taken * fac
-            if hit and not rejected and h < h_ctrl:
-                h = h_ctrl
             rejected = False
             q2, q3 = D[:, :5] @ ks[:5]
             while k_out < n_eval and (hit or t_eval[k_out] < t_new):
