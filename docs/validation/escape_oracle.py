@@ -56,13 +56,13 @@ CASES = [
 MLP_FILES = {"wide": HERE / "mlp_crossings_wide.csv", "wide2": HERE / "mlp_crossings_wide2_partial.csv"}
 
 
-def mlp_times(suite: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float, width: int
-              ) -> tuple[float, float]:
+def mlp_times(suite: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float, width: int,
+              act: str = "relu") -> tuple[float, float]:
     """Seed means of the stored MLP t50 / t10 (NaN where the network's loss never crossed)."""
     t50, t10 = [], []
     with open(MLP_FILES[suite]) as fh:
         for row in csv.DictReader(fh):
-            if (row["network.activation"] == "relu" and row["target.expr"] == target and int(row["data.dim"]) == d
+            if (row["network.activation"] == act and row["target.expr"] == target and int(row["data.dim"]) == d
                     and math.isclose(float(row["data.exponent"]), expo)
                     and math.isclose(float(row.get("data.offset") or 3.0), off)
                     and math.isclose(float(row["network.richness"]), gamma)
@@ -70,7 +70,7 @@ def mlp_times(suite: str, target: str, d: int, expo: float, off: float, gamma: f
                 t50.append(float(row["mlp_t50"] or "nan"))
                 t10.append(float(row["mlp_t10"] or "nan"))
     if not t50:
-        raise SystemExit(f"no stored MLP run for {suite} {target} d={d} γ={gamma}")
+        raise SystemExit(f"no stored MLP run for {suite} {act} {target} d={d} γ={gamma}")
     return float(np.mean(t50)), float(np.mean(t10))
 
 

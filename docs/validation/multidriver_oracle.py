@@ -27,7 +27,6 @@ Run:  python docs/validation/multidriver_oracle.py [--n 4000] [--cases 0,1,...] 
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import time
@@ -41,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-from escape_oracle import MLP_FILES  # noqa: E402
+from escape_oracle import mlp_times  # noqa: E402
 from featureode.calculus.activations import get_activation  # noqa: E402
 from featureode.config import load_config  # noqa: E402
 from featureode.workflow.grid import load_grid, probe_config, suite_path  # noqa: E402
@@ -66,24 +65,6 @@ CASES = [
     ("wide2", "softplus", "z0*z1", 24, 1.25, 2.0, 0.2, 0.25, 512),
     ("wide2", "silu", "z0*z1", 24, 1.25, 2.0, 0.2, 0.25, 512),
 ]
-
-
-def mlp_times(suite: str, act: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float,
-              width: int) -> tuple[float, float]:
-    """Seed means of the stored MLP t50 / t10 (NaN where the network's loss never crossed)."""
-    t50, t10 = [], []
-    with open(MLP_FILES[suite]) as fh:
-        for row in csv.DictReader(fh):
-            if (row["network.activation"] == act and row["target.expr"] == target and int(row["data.dim"]) == d
-                    and math.isclose(float(row["data.exponent"]), expo)
-                    and math.isclose(float(row.get("data.offset") or 3.0), off)
-                    and math.isclose(float(row["network.richness"]), gamma)
-                    and math.isclose(float(row["network.bias_std"]), sb) and int(row["network.width"]) == width):
-                t50.append(float(row["mlp_t50"] or "nan"))
-                t10.append(float(row["mlp_t10"] or "nan"))
-    if not t50:
-        raise SystemExit(f"no stored MLP run for {suite} {act} {target} d={d} γ={gamma}")
-    return float(np.mean(t50)), float(np.mean(t10))
 
 
 class MeanTable:
@@ -138,7 +119,6 @@ class Modes:
 
     def __init__(self, modes: list, activation: str) -> None:
         self.modes = modes
-        self.degrees = sorted({m.degree for m in modes})
         self.orders = sorted({m.degree + j for m in modes for j in (0, 1, 2)})
         if activation == "relu":
             self._mean = relu_mean
@@ -327,7 +307,7 @@ def main() -> int:
     for suite, act, target, d, expo, off, gamma, sb, width in picked:
         label = case_label(suite, act, target, d, expo, off, gamma, sb, width)
         try:
-            m50, m10 = mlp_times(suite, act, target, d, expo, off, gamma, sb, width)
+            m50, m10 = mlp_times(suite, target, d, expo, off, gamma, sb, width, act)
         except SystemExit as exc:
             print(f"{label}: skipped ({exc})", file=sys.stderr, flush=True)
             continue
