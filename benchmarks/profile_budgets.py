@@ -1,0 +1,106 @@
+"""Where the CPU time of issue 19's theory budgets goes: the kernel and the ``second_order`` / ``resummed``
+closures on the cases of ``bench_budgets.py`` (fresh non-rational spectrum each repeat), split by stage.
+
+Each stage is timed by wrapping the method that runs it (``time.process_time`` inclusive of what it calls, so nested
+stages overlap: ``Averager.evaluate`` contains the ``QLaw.measure`` and ``_TiltedLaws.measures`` calls the
+constants make). The closures' solves are timed whole. The wrappers add a few µs per call (~2000 calls per config),
+so the totals run slightly above ``bench_budgets.py``'s. A profiling tool, not a budget check.
+
+Run:  python benchmarks/profile_budgets.py [--repeat 3] [--out benchmarks/results/profile_budgets.md]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import numpy as np  # noqa: E402
+
+import featureode.kernel.averagers as AV  # noqa: E402
+import featureode.kernel.growth as G  # noqa: E402
+import featureode.kernel.initlaw as IL  # noqa: E402
+from bench_budgets import BUDGETS, case_config, load  # noqa: E402
+from featureode.kernel.theory import kernel_theory  # noqa: E402
+from featureode.ode.solve import solve_variant  # noqa: E402
+from featureode.ode.variants import Variant  # noqa: E402
+
+STAGES = [(IL.QLaw, "measure", "QLaw.measure (Talbot measures of |ŵ|²)"),
+          (G._TiltedLaws, "measures", "_TiltedLaws.measures (tilted laws)"),
+          (AV.MeanTable, "products", "MeanTable.products (E_b[Π m_j])"),
+          (G.Averager, "evaluate", "Averager.evaluate (all averages)"),
+          (G.Averager, "request_dot", "Averager.request_dot (recording)"),
+          (G.Algebra, "lie_vector", "Algebra.lie_vector (flow algebra)"),
+          (AV.QuadratureAverager, "value", "QuadratureAverager.value (Gram entries)")]
+_acc: dict[str, float] = {}
+
+
+def _wrap(cls: type, name: str, label: str) -> None:
+    f = getattr(cls, name)
+
+    def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        c0 = time.process_time()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            _acc[label] = _acc.get(label, 0.0) + time.process_time() - c0
+
+    setattr(cls, name, timed)
+
+
+def one(cfg) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
+    out: dict[str, dict[str, float]] = {}
+    _acc.clear()
+    c0 = time.process_time()
+    theory = kernel_theory(cfg, with_gram=cfg.ode.basis == "extended")
+    out["kernel"] = {"total": time.process_time() - c0, **_acc}
+    t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
+    for v in ("second_order", "resummed"):
+        _acc.clear()
+        c0 = time.process_time()
+        solve_variant(theory, Variant(v), cfg.training.t_max, cfg.ode.eigenvalues, basis=cfg.ode.basis,
+                      rtol=cfg.ode.rtol, atol=cfg.ode.atol, n_points=cfg.ode.n_points, t_min=t_min, compile=True)
+        out[v] = {"total": time.process_time() - c0, **_acc}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "profile_budgets.md")
+    args = ap.parse_args()
+    for cls, name, label in STAGES:
+        _wrap(cls, name, label)
+    rng = np.random.default_rng()
+    lines = ["# Where the theory budgets' CPU time goes (`benchmarks/profile_budgets.py`)", "",
+             f"{os.uname().machine}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}; load at the start: "
+             f"{load()}. Median over {args.repeat} fresh spectra per case (after one untimed warm-up), ms of CPU. "
+             "Stages are inclusive and nested (see the script's docstring); the wrappers add a few µs a call.", ""]
+    for case in BUDGETS:
+        print(f"{case} ...", flush=True)
+        one(case_config(case, rng))
+        runs = [one(case_config(case, rng)) for _ in range(args.repeat)]
+        lines += [f"## {case}", "", "| part | stage | ms |", "|---|---|---:|"]
+        for part in runs[0]:
+            keys = list(dict.fromkeys(k for r in runs for k in r[part]))
+            for k in keys:
+                ms = 1e3 * float(np.median([r[part].get(k, 0.0) for r in runs]))
+                lines.append(f"| {part} | {k} | {ms:.1f} |")
+        lines.append("")
+    lines.append(f"Load at the end: {load()}.")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
