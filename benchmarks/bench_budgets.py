@@ -73,19 +73,24 @@ def case_config(name: str, rng: np.random.Generator):
     return cfg.replace(data={"dim": dim, "exponent": exponent, "offset": offset}, ode={"basis": basis})
 
 
+def solve_closure(theory, cfg, name: str):
+    """One closure's compiled solve on a budget case, with the case config's solver settings."""
+    t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
+    return solve_variant(theory, Variant(name), cfg.training.t_max, cfg.ode.eigenvalues, basis=cfg.ode.basis,
+                         rtol=cfg.ode.rtol, atol=cfg.ode.atol, n_points=cfg.ode.n_points, t_min=t_min,
+                         compile=True)
+
+
 def kernel_and_closures(cfg, closures: list[str]) -> dict[str, float]:
     """CPU seconds of the kernel and of each closure's solve, for one fresh config."""
     out = {}
     c0 = time.process_time()
     theory = kernel_theory(cfg, with_gram=cfg.ode.basis == "extended")
     out["kernel"] = time.process_time() - c0
-    t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
     for name in closures:
         c0 = time.process_time()
         try:
-            solve_variant(theory, Variant(name), cfg.training.t_max, cfg.ode.eigenvalues, basis=cfg.ode.basis,
-                          rtol=cfg.ode.rtol, atol=cfg.ode.atol, n_points=cfg.ode.n_points, t_min=t_min,
-                          compile=True)
+            solve_closure(theory, cfg, name)
         except Exception as exc:  # noqa: BLE001 — a closure that fails still spent its time; say so
             out[f"{name} failed"] = 1.0
             print(f"  {name}: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -4,7 +4,8 @@ closures on the cases of ``bench_budgets.py`` (fresh non-rational spectrum each 
 Each stage is timed by wrapping the method that runs it (``time.process_time`` inclusive of what it calls, so nested
 stages overlap: ``Averager.evaluate`` contains the ``QLaw.measure`` and ``_TiltedLaws.measures`` calls the
 constants make). The closures' solves are timed whole. The wrappers add a few µs per call (~2000 calls per config),
-so the totals run slightly above ``bench_budgets.py``'s. A profiling tool, not a budget check.
+so the totals run above ``bench_budgets.py``'s (by how much was not separated from the machine's own speed: compare
+shares within one run). A profiling tool, not a budget check.
 
 Run:  python benchmarks/profile_budgets.py [--repeat 3] [--out benchmarks/results/profile_budgets.md]
 """
@@ -16,22 +17,19 @@ import sys
 import time
 from pathlib import Path
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+# first: bench_budgets sets one BLAS/OpenMP/numba thread before NumPy is imported, as for the budgets themselves
+from bench_budgets import BUDGETS, case_config, load, solve_closure  # noqa: E402, I001
 
 import numpy as np  # noqa: E402
 
 import featureode.kernel.averagers as AV  # noqa: E402
 import featureode.kernel.growth as G  # noqa: E402
 import featureode.kernel.initlaw as IL  # noqa: E402
-from bench_budgets import BUDGETS, case_config, load  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
-from featureode.ode.solve import solve_variant  # noqa: E402
-from featureode.ode.variants import Variant  # noqa: E402
 
 STAGES = [(IL.QLaw, "measure", "QLaw.measure (Talbot measures of |ŵ|²)"),
           (G._TiltedLaws, "measures", "_TiltedLaws.measures (tilted laws)"),
@@ -62,12 +60,10 @@ def one(cfg) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
     c0 = time.process_time()
     theory = kernel_theory(cfg, with_gram=cfg.ode.basis == "extended")
     out["kernel"] = {"total": time.process_time() - c0, **_acc}
-    t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
     for v in ("second_order", "resummed"):
         _acc.clear()
         c0 = time.process_time()
-        solve_variant(theory, Variant(v), cfg.training.t_max, cfg.ode.eigenvalues, basis=cfg.ode.basis,
-                      rtol=cfg.ode.rtol, atol=cfg.ode.atol, n_points=cfg.ode.n_points, t_min=t_min, compile=True)
+        solve_closure(theory, cfg, v)
         out[v] = {"total": time.process_time() - c0, **_acc}
     return out
 
