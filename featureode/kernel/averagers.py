@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from functools import lru_cache
-from typing import Sequence
+from itertools import chain
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -188,27 +189,78 @@ class QuadratureAverager:
         key = (gamma, weighted, j, k)
         val = self._integrals.get(key)
         if val is None:
-            e = check_integrable(self.net.activation, self.net.bias_std, self.net.dim,
-                                 Term("", 1.0, gamma, weighted, j, k))
-            ms = self.law.measure(gamma, weighted, e)
-            if ms.rows is not None:
-                w = ms.w
-                bound = np.abs(w) * ms.Q ** (-e / 2) if e else np.abs(w)
-                keep = bound > 1e-20 * bound.max()
-                val = self.factor * ms.mass * float(np.sum(w[keep] * self.table.F(j, k, ms.rows[keep])))
-            else:
-                val = self.factor * ms.mass * float(np.sum(ms.w * self.table.F_at(j, k, ms.Q)))
-            self._integrals[key] = val
+            self.prefetch([Term("", 1.0, gamma, weighted, j, k)])
+            val = self._integrals[key]
         return val
 
-    def value(self, terms: Sequence[Term]) -> dict[str, float]:
-        """``Σ coefficient · integral`` per part (the most singular integrands first, so that each measure is
-        discretised once, on the most rows any of them needs)."""
-        for t in sorted(terms, key=lambda t: -(t.j + t.k)):
-            self.integral(t.gamma, t.weighted, t.j, t.k)
-        out: dict[str, float] = {}
+    def prefetch(self, terms: Iterable[Term]) -> None:
+        """Compute every integral of ``terms`` not computed yet, together: their measures in one compiled pass of
+        :meth:`QLaw.measures <featureode.kernel.initlaw.QLaw.measures>` (each on the rows the most singular of its
+        integrands needs), then ``mass · Σ_Q w(Q) F_{jk}(Q)`` of all of them as one gathered product of a weight
+        matrix (a row per measure and singular power) and an ``F`` matrix (a row per ``(j, k)``)."""
+        wanted: dict[tuple[Gamma, bool, int, int], int] = {}
+        act, sb, dim = self.net.activation, self.net.bias_std, self.net.dim
         for t in terms:
-            out[t.part] = out.get(t.part, 0.0) + t.coefficient * self.integral(t.gamma, t.weighted, t.j, t.k)
+            j, k = (t.j, t.k) if t.j <= t.k else (t.k, t.j)
+            key = (t.gamma, t.weighted, j, k)
+            if key not in self._integrals and key not in wanted:
+                wanted[key] = check_integrable(act, sb, dim, Term("", 1.0, t.gamma, t.weighted, j, k))
+        if not wanted:
+            return
+        laws = self.law.measures([(gamma, weighted, e) for (gamma, weighted, _, _), e in wanted.items()])
+        blocks: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}   # (law, e) -> row of W, w, rows
+        pairs: dict[tuple[int, int], list[int]] = {}                               # (j, k) -> its rows of W
+        on_grid: list[tuple[tuple[Gamma, bool, int, int], float, int]] = []  # key, mass, row of W
+        for (key, e), ms in zip(wanted.items(), laws):
+            if ms.rows is None:   # a Gauss rule: F at its nodes
+                self._integrals[key] = self.factor * ms.mass * float(np.sum(ms.w * self.table.F_at(key[2], key[3],
+                                                                                                     ms.Q)))
+                continue
+            block = blocks.get((id(ms), e))
+            if block is None:   # points where the weight times the bound Q^{-e/2} of F is under 1e-20 of its top
+                bound = np.abs(ms.w) * ms.Q ** (-e / 2) if e else np.abs(ms.w)
+                keep = bound > 1e-20 * bound.max()
+                block = blocks[(id(ms), e)] = (len(blocks), ms.w[keep], ms.rows[keep])
+            pairs.setdefault((key[2], key[3]), []).append(block[0])
+            on_grid.append((key, ms.mass, block[0]))
+        if not on_grid:
+            return
+        row_of_pair = {jk: n for n, jk in enumerate(pairs)}
+        filled = [b for b in blocks.values() if b[2].size]
+        L = min((int(b[2][0]) for b in filled), default=0)
+        H = max((int(b[2][-1]) + 1 for b in filled), default=0)
+        W = np.zeros((len(blocks), H - L))
+        for n, w, rows in blocks.values():
+            W[n, rows - L] = w
+        rows_by_block = [b[2] for b in blocks.values()]
+        F = np.zeros((len(pairs), H - L))
+        for n, (jk, users) in enumerate(pairs.items()):   # F_{jk} on the rows its integrals weigh
+            need = np.unique(np.concatenate([rows_by_block[b] for b in set(users)]))
+            if need.size:
+                F[n, need - L] = self.table.F(jk[0], jk[1], need)
+        a = np.fromiter((b for _, _, b in on_grid), dtype=np.intp, count=len(on_grid))
+        c = np.fromiter((row_of_pair[(key[2], key[3])] for key, _, _ in on_grid), dtype=np.intp, count=len(on_grid))
+        mass = np.fromiter((m for _, m, _ in on_grid), dtype=float, count=len(on_grid))
+        vals = self.factor * mass * np.einsum("ir,ir->i", W[a], F[c])
+        for (key, *_), val in zip(on_grid, vals.tolist()):
+            self._integrals[key] = val
+
+    def part_values(self, groups: Sequence[Sequence[Term]]) -> list[dict[str, float]]:
+        """:meth:`value` of each group of terms, their integrals computed together first (:meth:`prefetch`)."""
+        self.prefetch(chain.from_iterable(groups))
+        return [self._sum_parts(terms) for terms in groups]
+
+    def value(self, terms: Sequence[Term]) -> dict[str, float]:
+        """``Σ coefficient · integral`` per part (the integrals computed together first, :meth:`prefetch`)."""
+        self.prefetch(terms)
+        return self._sum_parts(terms)
+
+    def _sum_parts(self, terms: Sequence[Term]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        get = self._integrals.__getitem__
+        for t in terms:
+            j, k = (t.j, t.k) if t.j <= t.k else (t.k, t.j)
+            out[t.part] = out.get(t.part, 0.0) + t.coefficient * get((t.gamma, t.weighted, j, k))
         return out
 
 

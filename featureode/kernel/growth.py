@@ -389,8 +389,9 @@ class Averager:
         by_gamma: dict[Gamma, list[int]] = defaultdict(list)
         for gid, (gamma, _) in enumerate(groups):
             by_gamma[gamma].append(gid)
-        for gamma in sorted(by_gamma):   # the laws of one γ share its contour products and cumulants
-            tilted = []
+        plain: list[tuple[int, Gamma, bool, int]] = []                      # laws of the kernel's QLaw
+        tilted: dict[Gamma, list[tuple[int, tuple[int, ...], float]]] = {}  # the rest, per γ
+        for gamma in sorted(by_gamma):
             for gid in sorted(by_gamma[gamma], key=lambda n: len(groups[n][1])):
                 ks = groups[gid][1]
                 e = int(e_group[gid])
@@ -398,16 +399,17 @@ class Averager:
                     for n in members(gid):
                         self._check(gamma, ks, ms_list[n], int(sing[n]))
                 if len(ks) <= 1 and all(k == 1 for k in ks):
-                    meas = self.law.measure(gamma, bool(ks), e)
-                    if meas.rows is None:   # a Gauss rule (the density grid could not resolve the law)
-                        off_grid[gid] = (meas.mass, meas.w, meas.Q)
-                    else:
-                        on_grid[gid] = (meas.mass, meas.w, meas.rows)
+                    plain.append((gid, gamma, bool(ks), e))
                 else:
-                    tilted.append((gid, ks, sum(n for _, n in gamma) + len(ks) - e / 2))
-            if tilted:
-                laws = self.tilted.measures(gamma, [(ks, power) for _, ks, power in tilted])
-                on_grid.update((gid, law) for (gid, _, _), law in zip(tilted, laws))
+                    tilted.setdefault(gamma, []).append((gid, ks, sum(n for _, n in gamma) + len(ks) - e / 2))
+        for (gid, *_), meas in zip(plain, self.law.measures([req for _, *req in plain])):   # in one pass
+            if meas.rows is None:   # a Gauss rule (the density grid could not resolve the law)
+                off_grid[gid] = (meas.mass, meas.w, meas.Q)
+            else:
+                on_grid[gid] = (meas.mass, meas.w, meas.rows)
+        for gamma, lst in tilted.items():   # the laws of one γ share its contour products and cumulants
+            laws = self.tilted.measures(gamma, [(ks, power) for _, ks, power in lst])
+            on_grid.update((gid, law) for (gid, _, _), law in zip(lst, laws))
         # every law on the grid as a row of W (points where the weight times the bound Q^{-e/2} of the integrand
         # is below 1e-20 of its largest are dropped), every E_b[Π m_j] as a row of F: the average of (γ, K, J) is
         # mass_{γK} (W F^T)_{γK, J}

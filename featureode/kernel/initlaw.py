@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Sequence
 
 import mpmath
 import numpy as np
@@ -40,6 +41,7 @@ class InitLawError(FeatureODEError, ValueError):
     """A discretisation of the init law that cannot be trusted (reported, never silently used)."""
 
 
+@lru_cache(maxsize=None)
 def _double_factorial(n: int) -> int:
     return math.prod(range(n, 0, -2)) if n > 0 else 1
 
@@ -131,6 +133,9 @@ class QLaw:
         total = float(self.g.sum())
         self._bulk = np.flatnonzero((Q >= total / 8) & (Q <= 8 * total))   # rows around the mean of Q
         self._recip: dict[int, list[np.ndarray]] = {}
+        self._gf = [float(x) for x in self.g]   # Python floats: the per-γ scalar sums below are Python arithmetic
+        self._hf = [float(x) for x in self.h]
+        self._top = float(self.g.max())
         self._psum = [float(np.sum(self.g**n)) for n in range(5)]
         self._hsum = [float(np.sum(self.h * self.g ** (n - 1))) if n else 0.0 for n in range(5)]
         self._rows: dict[float, int] = {}
@@ -156,11 +161,13 @@ class QLaw:
 
     def sums(self, gamma: Gamma, n: int) -> float:
         """``s_n = Σ_i (2γ_i + 1) g_i^n``."""
-        return self._psum[n] + sum(2 * k * self.g[i] ** n for i, k in gamma)
+        g = self._gf
+        return self._psum[n] + sum(2 * k * g[i] ** n for i, k in gamma)
 
     def p_sums(self, gamma: Gamma, n: int) -> float:
         """``Σ_i (2γ_i + 1) h_i g_i^{n−1}`` (``= s_n`` when ``h = g``), ``n ≥ 1``: the sums the factor ``P`` brings."""
-        return self._hsum[n] + sum(2 * k * self.h[i] * self.g[i] ** (n - 1) for i, k in gamma)
+        g, h = self._gf, self._hf
+        return self._hsum[n] + sum(2 * k * h[i] * g[i] ** (n - 1) for i, k in gamma)
 
     #: rows whose a-priori bound (below) is under this fraction of the integrand's bulk are not computed
     ROW_FLOOR = 1e-40
@@ -229,48 +236,84 @@ class QLaw:
     def measure(self, gamma: Gamma, weighted: bool, singular: int = 0) -> Measure:
         """The discretised ``ν(dQ) = E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]`` (density method, else Gauss rule), for integrands
         bounded by ``Q^{−singular/2}`` as ``Q → 0``."""
-        key = (gamma, weighted)
-        lo = self._first_row(sum(n for _, n in gamma) + weighted - singular / 2)
-        have = self._measures.get(key)
-        if have is not None and have[0] <= lo:   # computed on at least these rows
-            return have[1]
-        g = self.g
-        mass = math.prod(_double_factorial(2 * n - 1) * g[i] ** n for i, n in gamma)
-        mean, var = self.sums(gamma, 1), 2 * self.sums(gamma, 2)
-        if weighted:
-            norm = self.p_sums(gamma, 2)
-            mass *= norm
-            # the factor P adds the cumulants of Σ_n (2t)^n s_{n+2}/s_2 (s_n → p_sums for P = Σ h_i ŵ_i²):
-            # κ_1 += 2 s_3/s_2, κ_2 += 8 s_4/s_2 − 4 (s_3/s_2)²
-            r3, r4 = self.p_sums(gamma, 3) / norm, self.p_sums(gamma, 4) / norm
-            mean, var = mean + 2 * r3, var + 8 * r4 - 4 * r3**2
-        cut = mean + 12 * math.sqrt(var) + 80 * float(g.max())
-        hi = int(np.searchsorted(self.Q, cut, side="right"))
-        rows = slice(lo, max(lo, hi))
-        terms = self._product(gamma, lo, max(lo, hi))
-        if weighted:
-            extra = self.p_base(rows.start, rows.stop)
-            for i, n in gamma:
-                extra = extra + 2 * n * self.h[i] * g[i] * self._power(i, 1)[rows]
-            with np.errstate(all="ignore"):
-                terms = terms * extra / norm
+        return self.measures([(gamma, weighted, singular)])[0]
+
+    def measures(self, requests: "Sequence[tuple[Gamma, bool, int]]") -> list[Measure]:
+        """:meth:`measure` of each ``(γ, weighted, singular)`` of ``requests``; the ones not cached are computed
+        together, in one compiled loop (:func:`~featureode.kernel.loops.talbot_densities`). A ``(γ, weighted)``
+        asked several times is discretised once, on the rows the most singular of its integrands needs."""
+        first: dict[tuple[Gamma, bool], int] = {}
+        for gamma, weighted, singular in requests:
+            key = (gamma, bool(weighted))
+            lo = self._first_row(sum(n for _, n in gamma) + bool(weighted) - singular / 2)
+            first[key] = min(lo, first.get(key, lo))
+        todo = []
+        for key, lo in first.items():
+            have = self._measures.get(key)
+            if have is None or have[0] > lo:   # not computed on at least these rows
+                todo.append((key[0], key[1], lo))
+        if todo:
+            self._densities(todo)
+        return [self._measures[(gamma, bool(weighted))][1] for gamma, weighted, _ in requests]
+
+    def _densities(self, todo: "list[tuple[Gamma, bool, int]]") -> None:
+        """The density method for each ``(γ, weighted, lo)`` of ``todo`` on its rows ``lo:hi`` (``ν̂_γ`` = the Talbot
+        sum of ``base · Π_i (1 + 2 z g_i)^{−γ_i}``, times the factor of ``P`` over its mass when weighted); the rows
+        end at ``mean + 12 sd + 80 g_0`` of the law. A law whose grid does not reproduce its exact mass, mean and
+        second moment to ``CHECK`` gets the Gauss rule."""
+        G = len(todo)
+        counts = [len(t[0]) for t in todo]
+        own = np.repeat(np.arange(G), counts)                     # the law each factor (i, γ_i) belongs to
+        dims = np.array([i for t in todo for i, _ in t[0]], dtype=np.int64)
+        exps = np.array([n for t in todo for _, n in t[0]], dtype=np.int64)
+        weighted = np.array([t[1] for t in todo], dtype=bool)
+        gd, hd = self.g[dims], self.h[dims]
+
+        def s(n: int) -> np.ndarray:          # Σ_i (2γ_i + 1) g_i^n of every law
+            return self._psum[n] + 2 * np.bincount(own, weights=exps * gd**n, minlength=G)
+
+        def ps(n: int) -> np.ndarray:         # Σ_i (2γ_i + 1) h_i g_i^{n−1} (the sums of the factor P)
+            return self._hsum[n] + 2 * np.bincount(own, weights=exps * hd * gd ** (n - 1), minlength=G)
+
+        gf = self._gf
+        mass = np.array([math.prod(_double_factorial(2 * n - 1) * gf[i] ** n for i, n in t[0]) for t in todo])
+        mean, var = s(1), 2 * s(2)
+        norm = np.where(weighted, ps(2), 1.0)
+        # the factor P adds the cumulants of Σ_n (2t)^n s_{n+2}/s_2 (s_n → ps for P = Σ h_i ŵ_i²):
+        # κ_1 += 2 s_3/s_2, κ_2 += 8 s_4/s_2 − 4 (s_3/s_2)²
+        r3, r4 = ps(3) / norm, ps(4) / norm
+        mean = np.where(weighted, mean + 2 * r3, mean)
+        var = np.where(weighted, var + 8 * r4 - 4 * r3**2, var)
+        mass = mass * norm
+        lo = np.array([t[2] for t in todo], dtype=np.int64)
+        hi = np.maximum(lo, np.searchsorted(self.Q, mean + 12 * np.sqrt(var) + 80 * self._top, side="right"))
+        L, H = int(lo.min()), int(hi.max())
+        used, slot = np.unique(dims, return_inverse=True)          # the directions any law has a factor in
+        z = self.z[L:H]
+        recip = 1 / (1 + 2 * self.g[used][:, None, None] * z[None]) if used.size else \
+            np.ones((1,) + z.shape, dtype=complex)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        wcoef = np.where(weighted[own], 2 * exps * hd * gd, 0.0)
+        from featureode.kernel.loops import talbot_densities
+
         with np.errstate(all="ignore"):
-            dens = np.sum(terms, axis=1).real
-        dens = np.where(np.isfinite(dens), dens, 0.0)
-        Q = self.Q[rows]
-        wd = self.wq[rows] * dens
-        wdq = wd @ Q
-        moments = [float(np.sum(wd)), float(wdq), float((wd * Q) @ Q)]
-        exact = [1.0, mean, var + mean**2]
-        if all(abs(a - b) <= self.CHECK * b for a, b in zip(moments, exact)):
-            nz = np.nonzero(dens)[0]
-            out = Measure(mass, Q[nz], wd[nz], nz + lo)
-        else:
-            h = None if self.h is self.g else tuple(float(x) for x in self.h)
-            nodes, weights = gauss_rule(tuple(g), gamma, weighted, self.N_GAUSS, h)
-            out = Measure(mass, nodes, weights, None)
-        self._measures[key] = (lo, out)
-        return out
+            dens = talbot_densities(self.base(L, H), self.p_base(L, H), recip, lo - L, hi - L,
+                                    slot.astype(np.int64), exps, starts, wcoef, np.where(weighted, norm, 0.0))
+        dens[~np.isfinite(dens)] = 0.0
+        Q = self.Q[L:H]
+        wd = self.wq[L:H] * dens
+        moments = np.stack([np.sum(wd, axis=1), wd @ Q, wd @ (Q * Q)], axis=1)
+        exact = np.stack([np.ones(G), mean, var + mean**2], axis=1)
+        ok = np.all(np.abs(moments - exact) <= self.CHECK * exact, axis=1)
+        for n, (gamma, wt, low) in enumerate(todo):
+            if ok[n]:
+                nz = np.nonzero(dens[n])[0]
+                out = Measure(float(mass[n]), Q[nz], wd[n, nz], nz + L)
+            else:
+                h = None if self.h is self.g else tuple(float(x) for x in self.h)
+                nodes, weights = gauss_rule(tuple(self.g), gamma, wt, self.N_GAUSS, h)
+                out = Measure(float(mass[n]), nodes, weights, None)
+            self._measures[(gamma, wt)] = (low, out)
 
 
 @lru_cache(maxsize=8)   # a QLaw holds ~1–15 MB (contour arrays and per-direction powers)

@@ -85,8 +85,7 @@ def kernel_row(net: Network, beta: Mode, alphas: Sequence[Mode]) -> np.ndarray:
     """``K_{αβ}(0)`` of ``net`` (infinite width, quadrature) for each α of ``alphas``."""
     avg, g, ea = quadrature(net), net.g, net.readout_variance
     out = np.zeros(len(alphas))
-    for n, a in enumerate(alphas):
-        vals = avg.value(pair_terms(a, beta, g, ea))
+    for n, vals in enumerate(avg.part_values([pair_terms(a, beta, g, ea) for a in alphas])):
         out[n] = sum(vals.values())
     return out
 

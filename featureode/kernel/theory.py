@@ -211,11 +211,10 @@ def network_gram(net: Network, modes: Sequence[Mode], max_cost_s: float = 600.0)
     avg, g, ea = quadrature(net), net.g, net.readout_variance
     n = len(modes)
     out = {k: np.zeros((n, n)) for k in PARTS}
-    for i in range(n):
-        for j in range(i, n):
-            vals = avg.value(pair_terms(modes[i], modes[j], g, ea))
-            for name in PARTS:
-                out[name][i, j] = out[name][j, i] = vals.get(name, 0.0)
+    pairs = [(i, j) for i in range(n) for j in range(i, n)]
+    for (i, j), vals in zip(pairs, avg.part_values([pair_terms(modes[i], modes[j], g, ea) for i, j in pairs])):
+        for name in PARTS:
+            out[name][i, j] = out[name][j, i] = vals.get(name, 0.0)
     out["total"] = out["readout"] + out["weights"] + out["bias"]
     return out
 
@@ -226,8 +225,7 @@ def network_eigenvalues(net: Network, modes: Sequence[Mode],
     of the readout, weights and bias parts (``None``: 1 each)."""
     avg, g, ea = quadrature(net), net.g, net.readout_variance
     out = []
-    for m in modes:
-        vals = avg.value(pair_terms(m, m, g, ea))
+    for vals in avg.part_values([pair_terms(m, m, g, ea) for m in modes]):
         if weights is None:
             out.append(vals.get("readout", 0.0) + vals.get("weights", 0.0) + vals.get("bias", 0.0))
         else:
@@ -261,8 +259,8 @@ def weighted_level_coefficients(activation: "str | Activation", bias_std: float,
 def network_closure(net: Network, max_level: int) -> np.ndarray:
     """``c_l`` of ``net`` for ``l = 0 … max_level``."""
     avg = quadrature(net)
-    return np.array([avg.value([closure_term(l, net.readout_variance)])["closure"]
-                     for l in range(int(max_level) + 1)])
+    return np.array([vals["closure"] for vals in avg.part_values([[closure_term(l, net.readout_variance)]
+                                                             for l in range(int(max_level) + 1)])])
 
 
 # ----------------------------------------------------------------------------------------------------------------
