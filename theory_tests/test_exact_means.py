@@ -91,7 +91,8 @@ def test_cosh_and_u_exp_closed_forms() -> None:
     m1, m2 = gp.sum(), gp.sum() ** 2 + 2 * (gp**2).sum()
     a = 2 * SB**2
     want = math.exp(2 * SB**2) * _T(1.0) * (a * a + 2 * a * m1 + m2 + SB**2)
-    assert closure_constants("u*exp(u)", G, SB, 0)[0] == pytest.approx(want, rel=1e-9)
+    # 3e-9: the Talbot roundoff floor of this tilted law's second moment (≈ 1.5e-9 at step 0.1 and at 0.05 alike)
+    assert closure_constants("u*exp(u)", G, SB, 0)[0] == pytest.approx(want, rel=3e-9)
 
 
 def test_hea_level_coefficients_oscillating() -> None:

@@ -87,3 +87,80 @@ def test_talbot_densities_against_direct_numpy_sums() -> None:
             terms = terms * extra / nk
         want = np.where((np.arange(R) >= lo[k]) & (np.arange(R) < hi[k]), terms.sum(axis=1).real, 0.0)
         np.testing.assert_allclose(got[k], want, rtol=1e-13, atol=1e-13)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the tilted laws of the second-order growth: traced moment programs and their compiled densities
+# ----------------------------------------------------------------------------------------------------------------
+def _set_partitions(items: list):
+    """Every partition of the list ``items`` into blocks (brute force, independent of the code's recursion)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        yield [[first]] + part
+        for n in range(len(part)):
+            yield part[:n] + [[first] + part[n]] + part[n + 1:]
+
+
+def _brute_moment(ks: tuple[int, ...], kappa) -> complex:
+    return sum(math.prod(kappa(len(B), sum(B)) for B in part) for part in _set_partitions(list(ks)))
+
+
+KS_LISTS = [((1,),), ((1, 1), (0, 2)), ((1, 2, 3),), ((1, 1, 2, 2), (1, 1), (2,)), ((0, 0, 1, 3),)]
+
+
+@pytest.mark.parametrize("ks_list", KS_LISTS)
+def test_traced_moment_program_equals_the_sum_over_set_partitions(ks_list) -> None:
+    from featureode.kernel.growth import _moment_program
+
+    rng = np.random.default_rng(len(ks_list))
+    cumulants, program, n_reg, outs = _moment_program(ks_list)
+    values = {key: complex(*rng.normal(size=2)) for key in cumulants}
+    reg: list = [values[key] for key in cumulants] + [None] * (n_reg - len(cumulants))
+    for op, d, a, b in program:
+        reg[d] = reg[a] * reg[b] if op == 0 else reg[a] + reg[b]
+    for ks, out in zip(ks_list, outs):
+        assert reg[out] == pytest.approx(_brute_moment(ks, lambda n, s: values[(n, s)]), rel=1e-12)
+
+
+def test_tilted_densities_against_direct_numpy_cumulants() -> None:
+    """``ν_{γ,K}`` of :meth:`_TiltedLaws.measures_many` against the formula written out here: the contour product,
+    the cumulants ``κ_B = (|B|−1)! 2^{|B|−1} Σ_i (2γ_i+1) g_i^{|B|+Σk} (1 + 2z g_i)^{−|B|}``, the moment as a sum over
+    set partitions, one by one in NumPy."""
+    from featureode.kernel.growth import _TiltedLaws
+
+    g = _spectrum(6, 1.1)
+    law = QLaw(g)
+    requests = {((0, 1),): [((1,), 2.0), ((1, 1), 3.0), ((0, 2), 3.0)], ((1, 1), (4, 2)): [((1, 2), 5.0)],
+                (): [((2, 3, 1), 3.0)]}
+    got = _TiltedLaws(law).measures_many({gm: [(tuple(sorted(ks)), p) for ks, p in lst]
+                                          for gm, lst in requests.items()})
+    gam_arr = np.asarray(g)
+    for gamma, lst in requests.items():
+        for (ks, _), (mass, w, rows) in zip(lst, got[gamma]):
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            terms = law.base(lo, hi).copy()
+            for i, n in gamma:
+                terms = terms * (1 / (1 + 2 * gam_arr[i] * law.z[lo:hi])) ** n
+            mult = np.ones(len(g))
+            for i, n in gamma:
+                mult[i] += 2 * n
+
+            def kappa(n: int, s: int) -> np.ndarray:
+                z = law.z[lo:hi]
+                val = sum(mult[i] * gam_arr[i] ** (n + s) / (1 + 2 * z * gam_arr[i]) ** n for i in range(len(g)))
+                return math.factorial(n - 1) * 2 ** (n - 1) * val
+
+            def kappa0(n: int, s: int) -> float:
+                return math.factorial(n - 1) * 2 ** (n - 1) * float(np.sum(mult * gam_arr ** (n + s)))
+
+            factor0 = _brute_moment(tuple(sorted(ks)), kappa0)
+            dens = np.sum(terms * _brute_moment(tuple(sorted(ks)), kappa), axis=1).real / factor0
+            want = (law.wq[lo:hi] * dens)[rows - lo]
+            # 1e-11 of the peak: the Talbot sums cancel in the tails, where another order of the same products
+            # differs by ~2e-12 of the peak
+            np.testing.assert_allclose(w, want, rtol=0, atol=1e-11 * np.abs(want).max())
+            m_gamma = math.prod(math.prod(range(2 * n - 1, 0, -2)) * g[i] ** n for i, n in gamma)
+            assert mass == pytest.approx(m_gamma * factor0, rel=1e-13)

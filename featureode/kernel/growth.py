@@ -126,14 +126,6 @@ class _TiltedLaws:
             powers.append(powers[-1] * powers[1])
         return powers[n][:, lo - have[0]: hi - have[0]]
 
-    def _cumulant(self, gamma: Gamma, n: int, e: int, lo: int, hi: int) -> np.ndarray:
-        """``κ_B`` on the contour of rows ``lo:hi`` for ``|B| = n``, ``e = |B| + Σ_{k∈B} k``."""
-        law = self.law
-        val = self._contour_sum(e, n, lo, hi)
-        for i, k in gamma:
-            val = val + 2 * k * law.g[i] ** e * law._power(i, n)[lo:hi]
-        return val if n == 1 else math.factorial(n - 1) * 2 ** (n - 1) * val
-
     def _exact_factor(self, gamma: Gamma, ks: tuple[int, ...]) -> float:
         """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``), by the moment–cumulant recursion
         ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)``."""
@@ -160,58 +152,154 @@ class _TiltedLaws:
     def measures(self, gamma: Gamma, wanted: Sequence[tuple[tuple[int, ...], float]]
                  ) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """``(mass, weights, rows)`` of ``ν_{γ,K}`` for each ``(K, power)`` of ``wanted`` (``K`` sorted), for
-        integrands ``≤ Q^{−e/2}`` (``power = |γ| + |K| − e/2``): one contour product of ``γ``, its cumulants and
-        their moments shared by every ``K``, on the rows every ``K`` needs (a row's value does not depend on the
-        range it is computed on)."""
+        integrands ``≤ Q^{−e/2}`` (``power = |γ| + |K| − e/2``): :meth:`measures_many` of one γ."""
+        return self.measures_many({gamma: list(wanted)})[gamma]
+
+    def measures_many(self, requests: "dict[Gamma, list[tuple[tuple[int, ...], float]]]"
+                      ) -> "dict[Gamma, list[tuple[float, np.ndarray, np.ndarray]]]":
+        """:meth:`measures` of every γ of ``requests``, in one compiled pass
+        (:func:`~featureode.kernel.loops.tilted_densities`): per γ one contour product, its cumulants ``κ_B`` and
+        the moment polynomials of all its ``K`` (a program of products and sums traced once per list of ``K``,
+        :func:`_moment_program`), on the rows every ``K`` needs (a row's value does not depend on the range it is
+        computed on). Each law is accepted only if it reproduces its exact mass, mean and second moment."""
         law = self.law
         g = law.g
-        out: list = [None] * len(wanted)
-        todo = []
-        for n, (ks, power) in enumerate(wanted):
-            lo = law._first_row(power)
-            hit = self._cache.get((gamma, ks, lo))
-            if hit is not None:
-                out[n] = hit
-                continue
-            factor0 = self._exact_factor(gamma, ks)
-            mean = self._exact_factor(gamma, ks + (0,)) / factor0
-            second = self._exact_factor(gamma, ks + (0, 0)) / factor0
-            base_mean = law.sums(gamma, 1)
-            var = 2 * law.sums(gamma, 2)
-            cut = max(mean, base_mean) + 12 * math.sqrt(max(second - mean**2, var)) + 80 * float(g.max())
-            hi = max(lo, int(np.searchsorted(law.Q, cut, side="right")))
-            todo.append((n, ks, lo, hi, factor0, mean, second))
+        out: dict[Gamma, list] = {gamma: [None] * len(wanted) for gamma, wanted in requests.items()}
+        todo: dict[Gamma, list] = {}
+        for gamma, wanted in requests.items():
+            base_mean, var = law.sums(gamma, 1), 2 * law.sums(gamma, 2)
+            for n, (ks, power) in enumerate(wanted):
+                lo = law._first_row(power)
+                hit = self._cache.get((gamma, ks, lo))
+                if hit is not None:
+                    out[gamma][n] = hit
+                    continue
+                factor0 = self._exact_factor(gamma, ks)
+                mean = self._exact_factor(gamma, ks + (0,)) / factor0
+                second = self._exact_factor(gamma, ks + (0, 0)) / factor0
+                cut = max(mean, base_mean) + 12 * math.sqrt(max(second - mean**2, var)) + 80 * law._top
+                hi = max(lo, int(np.searchsorted(law.Q, cut, side="right")))
+                todo.setdefault(gamma, []).append((n, ks, lo, hi, factor0, mean, second))
         if not todo:
             return out
-        L, H = min(t[2] for t in todo), max(t[3] for t in todo)
-        terms = law._product(gamma, L, H)
-        arrays: dict[tuple[int, int], np.ndarray] = {}
+        gammas = list(todo)
+        L = min(t[2] for jobs in todo.values() for t in jobs)
+        H = max(t[3] for jobs in todo.values() for t in jobs)
+        used = sorted({i for gamma in gammas for i, _ in gamma})
+        slot = {i: n for n, i in enumerate(used)}
+        z = law.z[L:H]
+        recip = 1 / (1 + 2 * g[used][:, None, None] * z[None]) if used else np.ones((1,) + z.shape, dtype=complex)
+        gf = law._gf
+        sums: dict[tuple[int, int], int] = {}                 # (e, n) -> row of csum
+        row0, row1, fstart, fdim, fexp = [], [], [0], [], []
+        qstart, qsum, qpow, qscale, qcoef = [0], [], [], [], []
+        istart, iop, iarg, nreg, jstart, jreg, jlo, jhi = [0], [], [], [], [0], [], [], []
+        width = max(len(gamma) for gamma in gammas) or 1
+        for gamma in gammas:
+            jobs = todo[gamma]
+            row0.append(min(t[2] for t in jobs) - L)
+            row1.append(max(t[3] for t in jobs) - L)
+            for i, k in gamma:
+                fdim.append(slot[i])
+                fexp.append(k)
+            fstart.append(len(fdim))
+            cumulants, program, n_reg, outs = _moment_program(tuple(t[1] for t in jobs))
+            for n, s_ in cumulants:
+                e = n + s_
+                qsum.append(sums.setdefault((e, n), len(sums)))
+                qpow.append(n)
+                qscale.append(float(math.factorial(n - 1) * 2 ** (n - 1)))
+                qcoef.append([2 * k * gf[i] ** e for i, k in gamma] + [0.0] * (width - len(gamma)))
+            qstart.append(len(qsum))
+            for op, d, a, b in program:
+                iop.append(op)
+                iarg.append((d, a, b))
+            istart.append(len(iop))
+            nreg.append(n_reg)
+            for (n, ks, lo, hi, *_), reg in zip(jobs, outs):
+                jreg.append(reg)
+                jlo.append(lo - L)
+                jhi.append(hi - L)
+            jstart.append(len(jreg))
+        csum = np.stack([self._contour_sum(e, n, L, H) for (e, n) in sums])
+        i64 = np.int64
+        from featureode.kernel.loops import tilted_densities
 
-        def cumulant(n: int, s: int) -> np.ndarray:
-            arr = arrays.get((n, s))
-            if arr is None:
-                arr = arrays[(n, s)] = self._cumulant(gamma, n, n + s, L, H)
-            return arr
-
-        memo: dict = {}
-        mass = math.prod(math.prod(range(2 * n - 1, 0, -2)) * g[i] ** n for i, n in gamma)
-        for n, ks, lo, hi, factor0, mean, second in todo:
-            poly = _moment(ks, cumulant, memo, None)   # K is not empty: the moment is a polynomial in the κ_B
-            with np.errstate(all="ignore"):
-                dens = np.einsum("rc,rc->r", terms[lo - L: hi - L], poly[lo - L: hi - L]).real / factor0
-            dens = np.where(np.isfinite(dens), dens, 0.0)
-            Q = law.Q[lo:hi]
-            wd = law.wq[lo:hi] * dens
-            got = [float(np.sum(wd)), float(wd @ Q), float((wd * Q) @ Q)]
-            want = [1.0, mean, second]
-            if not all(abs(x - y) <= self.CHECK * abs(y) for x, y in zip(got, want)):
-                raise GrowthError(
-                    f"the tilted law of |ŵ|² (γ = {dict(gamma)}, Π P_k with k = {list(ks)}) is not resolved by the "
-                    f"density grid of this spectrum (moments {got} against {want}); the second-order constants of "
-                    "this spectrum cannot be computed deterministically — please report the spectrum")
-            nz = np.nonzero(dens)[0]
-            out[n] = self._cache[(gamma, ks, lo)] = (mass * factor0, wd[nz], nz + lo)
+        with np.errstate(all="ignore"):
+            dens = tilted_densities(
+                law.base(L, H), recip, csum, np.array(row0, i64), np.array(row1, i64), np.array(fstart, i64),
+                np.array(fdim, i64), np.array(fexp, i64), np.array(qstart, i64), np.array(qsum, i64),
+                np.array(qpow, i64), np.array(qscale), np.array(qcoef).reshape(len(qsum), width),
+                np.array(istart, i64), np.array(iop, i64), np.array(iarg, i64).reshape(len(iop), 3),
+                np.array(nreg, i64), np.array(jstart, i64), np.array(jreg, i64), np.array(jlo, i64),
+                np.array(jhi, i64))
+        jobs_all = [(gamma, t) for gamma in gammas for t in todo[gamma]]
+        dens /= np.array([t[4] for _, t in jobs_all])[:, None]
+        dens[~np.isfinite(dens)] = 0.0
+        Q = law.Q[L:H]
+        wd = law.wq[L:H] * dens
+        got = np.stack([np.sum(wd, axis=1), wd @ Q, wd @ (Q * Q)], axis=1)
+        want = np.array([[1.0, t[5], t[6]] for _, t in jobs_all])
+        bad = np.flatnonzero(~np.all(np.abs(got - want) <= self.CHECK * np.abs(want), axis=1))
+        if bad.size:
+            gamma, (_, ks, *_rest) = jobs_all[int(bad[0])]
+            raise GrowthError(
+                f"the tilted law of |ŵ|² (γ = {dict(gamma)}, Π P_k with k = {list(ks)}) is not resolved by the "
+                f"density grid of this spectrum (moments {got[bad[0]].tolist()} against {want[bad[0]].tolist()}); "
+                "the second-order constants of this spectrum cannot be computed deterministically — please report "
+                "the spectrum")
+        for m, (gamma, (n, ks, lo, hi, factor0, *_)) in enumerate(jobs_all):
+            mass = math.prod(math.prod(range(2 * k - 1, 0, -2)) * gf[i] ** k for i, k in gamma)
+            nz = np.nonzero(dens[m])[0]
+            out[gamma][n] = self._cache[(gamma, ks, lo)] = (mass * factor0, wd[m, nz], nz + L)
         return out
+
+
+class _Register:
+    """A register of a traced moment program (:func:`_moment_program`): products and sums append instructions."""
+
+    __slots__ = ("n", "code")
+
+    def __init__(self, n: int, code: list):
+        self.n, self.code = n, code
+
+    def _emit(self, op: int, other: "_Register") -> "_Register":
+        dst = _Register(self.code[2][0], self.code)
+        self.code[2][0] += 1
+        self.code[0].append((op, dst.n, self.n, other.n))
+        return dst
+
+    def __mul__(self, other: "_Register") -> "_Register":
+        return self._emit(0, other)
+
+    def __add__(self, other: "_Register") -> "_Register":
+        return self._emit(1, other)
+
+
+@lru_cache(maxsize=4096)
+def _moment_program(ks_list: tuple[tuple[int, ...], ...]
+                    ) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, int, int], ...], int, tuple[int, ...]]:
+    """The moment–cumulant recursion of :func:`_moment` for every (non-empty, sorted) ``K`` of ``ks_list``, traced
+    into a program (shared sub-moments computed once): ``(cumulants, instructions, registers, outputs)`` with the
+    cumulants ``(|B|, Σ_{k∈B} k)`` in registers ``0 … len(cumulants) − 1``, instructions ``(op, dst, a, b)`` (0: product,
+    1: sum) and the register of each ``K``'s moment."""
+    code: list = [[], {}, [0]]   # instructions, cumulant -> register, count of the other registers
+
+    def kappa(n: int, s: int) -> _Register:
+        key = (n, s)
+        if key not in code[1]:
+            code[1][key] = _Register(-1 - len(code[1]), code)   # renumbered below
+        return code[1][key]
+
+    memo: dict = {}
+    outs = [_moment(ks, kappa, memo, None).n for ks in ks_list]
+    n_cum = len(code[1])
+
+    def reg(n: int) -> int:   # cumulants first (0 … n_cum − 1), then the others in order of creation
+        return -1 - n if n < 0 else n_cum + n
+
+    program = tuple((op, reg(d), reg(a), reg(b)) for op, d, a, b in code[0])
+    return tuple(code[1]), program, n_cum + code[2][0], tuple(reg(n) for n in outs)
 
 
 class Averager:
@@ -402,14 +490,14 @@ class Averager:
                     plain.append((gid, gamma, bool(ks), e))
                 else:
                     tilted.setdefault(gamma, []).append((gid, ks, sum(n for _, n in gamma) + len(ks) - e / 2))
-        for (gid, *_), meas in zip(plain, self.law.measures([req for _, *req in plain])):   # in one pass
+        for (gid, *_), meas in zip(plain, self.law.measures([(gm, w, e) for _, gm, w, e in plain])):   # one pass
             if meas.rows is None:   # a Gauss rule (the density grid could not resolve the law)
                 off_grid[gid] = (meas.mass, meas.w, meas.Q)
             else:
                 on_grid[gid] = (meas.mass, meas.w, meas.rows)
+        many = self.tilted.measures_many({gamma: [(ks, power) for _, ks, power in lst] for gamma, lst in tilted.items()})
         for gamma, lst in tilted.items():   # the laws of one γ share its contour products and cumulants
-            laws = self.tilted.measures(gamma, [(ks, power) for _, ks, power in lst])
-            on_grid.update((gid, law) for (gid, _, _), law in zip(lst, laws))
+            on_grid.update((gid, law) for (gid, _, _), law in zip(lst, many[gamma]))
         # every law on the grid as a row of W (points where the weight times the bound Q^{-e/2} of the integrand
         # is below 1e-20 of its largest are dropped), every E_b[Π m_j] as a row of F: the average of (γ, K, J) is
         # mass_{γK} (W F^T)_{γK, J}

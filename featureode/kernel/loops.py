@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["talbot_densities"]
+__all__ = ["talbot_densities", "tilted_densities"]
 
 
 def _talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -69,7 +69,7 @@ _ANNOUNCED: set[str] = set()
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(name: str) -> Callable[..., Any]:
+def _compiled(name: str) -> Any:   # a numba dispatcher (callable, with .stats)
     import numba
 
     return numba.njit(cache=True, fastmath=False, boundscheck=False, nogil=True)(globals()[name])
@@ -96,4 +96,100 @@ def talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo:
     """The densities of :func:`_talbot_densities` (shape ``len(lo) × rows``; 0 outside each ``lo_k:hi_k``)."""
     out = np.zeros((lo.size, base.shape[0]))
     _call("_talbot_densities", base, pbase, recip, lo, hi, dims, exps, starts, wcoef, norm, out)
+    return out
+
+
+def _tilted_densities(base: np.ndarray, recip: np.ndarray, csum: np.ndarray, row0: np.ndarray, row1: np.ndarray,
+                      fstart: np.ndarray, fdim: np.ndarray, fexp: np.ndarray, qstart: np.ndarray, qsum: np.ndarray,
+                      qpow: np.ndarray, qscale: np.ndarray, qcoef: np.ndarray, istart: np.ndarray, iop: np.ndarray,
+                      iarg: np.ndarray, nreg: np.ndarray, jstart: np.ndarray, jreg: np.ndarray, jlo: np.ndarray,
+                      jhi: np.ndarray, out: np.ndarray) -> None:
+    """The densities of the tilted laws ``ν_{γ,K}`` (:class:`featureode.kernel.growth._TiltedLaws`) of many γ.
+
+    For law ``g`` (rows ``row0_g ≤ r < row1_g``), at each row and contour point: the product
+    ``t = base Π_f recip[fdim_f]^{fexp_f}`` over its factors ``f``; its cumulants ``κ_q = qscale_q (csum[qsum_q] +
+    Σ_f qcoef[q, f] recip[fdim_f]^{qpow_q})`` (registers ``0 … ``, one per ``q``); then its program, instructions
+    ``(op, dst, a, b)`` (``op`` 0: ``dst = a·b``, 1: ``dst = a + b``) over registers; each job ``j`` of the law adds
+    ``Re Σ_c t · reg[jreg_j]`` to ``out[j, r]`` for ``jlo_j ≤ r < jhi_j``. Real and imaginary parts are kept apart
+    over the contour so that the inner loops vectorise."""
+    C = base.shape[1]
+    R = int(nreg.max()) if nreg.size else 1
+    rr = np.empty((R, C))
+    ri = np.empty((R, C))
+    tr = np.empty(C)
+    ti = np.empty(C)
+    pr = np.empty(C)
+    pi = np.empty(C)
+    for g in range(row0.size):
+        f0, f1 = fstart[g], fstart[g + 1]
+        q0, q1 = qstart[g], qstart[g + 1]
+        for r in range(row0[g], row1[g]):
+            for c in range(C):
+                tr[c] = base[r, c].real
+                ti[c] = base[r, c].imag
+            for f in range(f0, f1):
+                row = recip[fdim[f], r]
+                for _ in range(fexp[f]):
+                    for c in range(C):
+                        xr = row[c].real
+                        xi = row[c].imag
+                        a = tr[c] * xr - ti[c] * xi
+                        ti[c] = tr[c] * xi + ti[c] * xr
+                        tr[c] = a
+            for q in range(q0, q1):
+                k = q - q0
+                src = csum[qsum[q], r]
+                for c in range(C):
+                    rr[k, c] = src[c].real
+                    ri[k, c] = src[c].imag
+                for f in range(f0, f1):
+                    w = qcoef[q, f - f0]
+                    row = recip[fdim[f], r]
+                    for c in range(C):
+                        pr[c] = row[c].real
+                        pi[c] = row[c].imag
+                    for _ in range(qpow[q] - 1):
+                        for c in range(C):
+                            xr = row[c].real
+                            xi = row[c].imag
+                            a = pr[c] * xr - pi[c] * xi
+                            pi[c] = pr[c] * xi + pi[c] * xr
+                            pr[c] = a
+                    for c in range(C):
+                        rr[k, c] += w * pr[c]
+                        ri[k, c] += w * pi[c]
+                s = qscale[q]
+                if s != 1.0:
+                    for c in range(C):
+                        rr[k, c] *= s
+                        ri[k, c] *= s
+            for n in range(istart[g], istart[g + 1]):
+                d, a, b = iarg[n, 0], iarg[n, 1], iarg[n, 2]
+                if iop[n] == 0:
+                    for c in range(C):
+                        x = rr[a, c] * rr[b, c] - ri[a, c] * ri[b, c]
+                        ri[d, c] = rr[a, c] * ri[b, c] + ri[a, c] * rr[b, c]
+                        rr[d, c] = x
+                else:
+                    for c in range(C):
+                        rr[d, c] = rr[a, c] + rr[b, c]
+                        ri[d, c] = ri[a, c] + ri[b, c]
+            for j in range(jstart[g], jstart[g + 1]):
+                if jlo[j] <= r < jhi[j]:
+                    k = jreg[j]
+                    acc = 0.0
+                    for c in range(C):
+                        acc += tr[c] * rr[k, c] - ti[c] * ri[k, c]
+                    out[j, r] = acc
+
+
+def tilted_densities(base: np.ndarray, recip: np.ndarray, csum: np.ndarray, row0: np.ndarray, row1: np.ndarray,
+                     fstart: np.ndarray, fdim: np.ndarray, fexp: np.ndarray, qstart: np.ndarray, qsum: np.ndarray,
+                     qpow: np.ndarray, qscale: np.ndarray, qcoef: np.ndarray, istart: np.ndarray, iop: np.ndarray,
+                     iarg: np.ndarray, nreg: np.ndarray, jstart: np.ndarray, jreg: np.ndarray, jlo: np.ndarray,
+                     jhi: np.ndarray) -> np.ndarray:
+    """The densities of :func:`_tilted_densities` (shape ``jobs × rows``; 0 outside each job's ``lo:hi``)."""
+    out = np.zeros((jreg.size, base.shape[0]))
+    _call("_tilted_densities", base, recip, csum, row0, row1, fstart, fdim, fexp, qstart, qsum, qpow, qscale, qcoef,
+          istart, iop, iarg, nreg, jstart, jreg, jlo, jhi, out)
     return out
