@@ -1,5 +1,7 @@
 """The law of |ŵ|² (:mod:`featureode.kernel.initlaw`): the batched Talbot densities against their closed-form
-Laplace transforms, against a direct NumPy evaluation of the same contour sums, and one-by-one against batched."""
+Laplace transforms, against a direct NumPy evaluation of the same contour sums, and one-by-one against batched; the
+tilted laws of the second-order growth against their cumulant formula. Each on both backends of
+:mod:`featureode.kernel.loops` (numba and its NumPy twin)."""
 from __future__ import annotations
 
 import math
@@ -9,6 +11,13 @@ import pytest
 
 from featureode.kernel.initlaw import QLaw
 from featureode.kernel.loops import talbot_densities
+
+
+@pytest.fixture(params=["numba", "numpy"])
+def loops(request, monkeypatch) -> str:
+    """Run the test on one backend of the kernel's loops."""
+    monkeypatch.setenv("FEATUREODE_KERNEL_LOOPS", request.param)
+    return request.param
 
 
 def _spectrum(d: int, power: float) -> tuple[float, ...]:
@@ -32,7 +41,7 @@ def _laplace(g: tuple[float, ...], gamma, weighted: bool, t: float) -> float:
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_measures_reproduce_the_exact_laplace_transform(weighted: bool) -> None:
+def test_measures_reproduce_the_exact_laplace_transform(weighted: bool, loops: str) -> None:
     g = _spectrum(8, 1.3)
     law = QLaw(g)
     for gamma, ms in zip(GAMMAS, law.measures([(gm, weighted, 0) for gm in GAMMAS])):
@@ -42,7 +51,7 @@ def test_measures_reproduce_the_exact_laplace_transform(weighted: bool) -> None:
             assert got == pytest.approx(_laplace(g, gamma, weighted, t), rel=1e-10), (gamma, t)
 
 
-def test_batched_measures_equal_one_by_one_on_fresh_laws() -> None:
+def test_batched_measures_equal_one_by_one_on_fresh_laws(loops: str) -> None:
     g = _spectrum(12, 0.7)
     reqs = [(gm, w, e) for gm in GAMMAS for w in (False, True) for e in (0, 2)]
     together = QLaw(g).measures(reqs)
@@ -62,7 +71,7 @@ def test_a_more_singular_request_extends_the_rows_down() -> None:
     assert law.measure(((0, 1),), False, 0) is singular   # the wider one is kept and serves both
 
 
-def test_talbot_densities_against_direct_numpy_sums() -> None:
+def test_talbot_densities_against_direct_numpy_sums(loops: str) -> None:
     rng = np.random.default_rng(3)
     R, C, D = 9, 5, 4
     base = rng.normal(size=(R, C)) + 1j * rng.normal(size=(R, C))
@@ -125,7 +134,7 @@ def test_traced_moment_program_equals_the_sum_over_set_partitions(ks_list) -> No
         assert reg[out] == pytest.approx(_brute_moment(ks, lambda n, s: values[(n, s)]), rel=1e-12)
 
 
-def test_tilted_densities_against_direct_numpy_cumulants() -> None:
+def test_tilted_densities_against_direct_numpy_cumulants(loops: str) -> None:
     """``ν_{γ,K}`` of :meth:`_TiltedLaws.measures_many` against the formula written out here: the contour product,
     the cumulants ``κ_B = (|B|−1)! 2^{|B|−1} Σ_i (2γ_i+1) g_i^{|B|+Σk} (1 + 2z g_i)^{−|B|}``, the moment as a sum over
     set partitions, one by one in NumPy."""
@@ -164,3 +173,17 @@ def test_tilted_densities_against_direct_numpy_cumulants() -> None:
             np.testing.assert_allclose(w, want, rtol=0, atol=1e-11 * np.abs(want).max())
             m_gamma = math.prod(math.prod(range(2 * n - 1, 0, -2)) * g[i] ** n for i, n in gamma)
             assert mass == pytest.approx(m_gamma * factor0, rel=1e-13)
+
+
+def test_backend_choice_and_a_bad_override(monkeypatch) -> None:
+    from featureode.kernel import loops as L
+
+    monkeypatch.setenv("FEATUREODE_KERNEL_LOOPS", "fortran")
+    with pytest.raises(ValueError, match="FEATUREODE_KERNEL_LOOPS must be one of numba, numpy"):
+        L.backend("_talbot_densities", 1)
+    monkeypatch.delenv("FEATUREODE_KERNEL_LOOPS")
+    monkeypatch.setattr(L, "_READY", set())
+    monkeypatch.setattr(L, "_stamp", lambda name: L.Path("/nonexistent/featureode-stamp"))
+    monkeypatch.setattr(L, "_NUMPY_LAWS", {})
+    assert L.backend("_talbot_densities", 10) == "numpy"            # uncached and little work: no compile
+    assert L.backend("_talbot_densities", L.COMPILE_AFTER + 1) == "numba"

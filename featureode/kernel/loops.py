@@ -1,20 +1,34 @@
 """Compiled loops of the kernel layer: the Talbot densities of the laws of ``|ŵ|²`` (:mod:`featureode.kernel.initlaw`)
-for many multi-indices γ at once.
+and of the tilted laws of the second-order growth (:mod:`featureode.kernel.growth`), many γ per pass.
 
-Each loop is plain Python written for numba and compiled on first use (``cache=True``: once per install, ≈ 1–2 s; the
-compile is announced on stderr once per process). No fast-math: the same IEEE operations as the NumPy expressions
-they replace, in another order (results equal to round-off).
+Two backends with one interface, chosen per call from :data:`BACKENDS`: each loop is plain Python written for numba
+(``_talbot_densities``, ``_tilted_densities``) with a NumPy twin of the same arguments (``_talbot_densities_numpy``,
+``_tilted_densities_numpy``; equal to round-off, tested against each other). The numba code is used where its
+machine code is in numba's cache (a stamp in the featureode cache says so, written after its first compiled run),
+and compiled (≈ 1–3 s, once per install, announced on stderr) once a process has given the NumPy twin
+:data:`COMPILE_AFTER` laws: a single cold solve pays no compile, a sweep or suite pays it once. The environment
+variable ``FEATUREODE_KERNEL_LOOPS`` = ``numba`` | ``numpy`` forces one backend. No fast-math: the same IEEE
+operations as the NumPy expressions, in another order.
 """
 from __future__ import annotations
 
 import functools
+import inspect
+import os
 import sys
 import time
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["talbot_densities", "tilted_densities"]
+__all__ = ["talbot_densities", "tilted_densities", "BACKENDS", "COMPILE_AFTER", "backend"]
+
+#: the backends of every loop
+BACKENDS = ("numba", "numpy")
+#: laws a process gives a loop's NumPy twin before it compiles the numba code (≈ 0.3–1 s of NumPy work)
+COMPILE_AFTER = 4000
 
 
 def _talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -66,6 +80,8 @@ def _talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo
 
 
 _ANNOUNCED: set[str] = set()
+_NUMPY_LAWS: dict[str, int] = {}      # laws given to each NumPy twin in this process
+_READY: set[str] = set()
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,8 +91,37 @@ def _compiled(name: str) -> Any:   # a numba dispatcher (callable, with .stats)
     return numba.njit(cache=True, fastmath=False, boundscheck=False, nogil=True)(globals()[name])
 
 
-def _call(name: str, *args: Any) -> None:
-    """Run the compiled ``name``; the first call of a process that compiles (a numba cache miss) says so on stderr."""
+@functools.lru_cache(maxsize=None)
+def _stamp(name: str) -> Path:
+    """The file that says loop ``name``'s machine code is in numba's cache (per source text and numba version)."""
+    import hashlib
+
+    from featureode.core.cache import cache_dir
+
+    digest = hashlib.sha256(inspect.getsource(globals()[name]).encode()).hexdigest()[:16]
+    return cache_dir() / f"kernel_loop{name}_{digest}.ready-{metadata.version('numba')}"
+
+
+def backend(name: str, laws: int) -> str:
+    """The backend loop ``name`` runs on for a pass over ``laws`` laws (module docstring)."""
+    forced = os.environ.get("FEATUREODE_KERNEL_LOOPS", "").strip().lower()
+    if forced:
+        if forced not in BACKENDS:
+            raise ValueError(f"FEATUREODE_KERNEL_LOOPS must be one of {', '.join(BACKENDS)} (or unset), got "
+                             f"{forced!r}")
+        return forced
+    if name in _READY or _stamp(name).exists():
+        _READY.add(name)
+        return "numba"
+    return "numba" if _NUMPY_LAWS.get(name, 0) + laws > COMPILE_AFTER else "numpy"
+
+
+def _call(name: str, laws: int, *args: Any) -> None:
+    """Run loop ``name`` on its backend (:func:`backend`); a compile (a numba cache miss) says so on stderr, once."""
+    if backend(name, laws) == "numpy":
+        _NUMPY_LAWS[name] = _NUMPY_LAWS.get(name, 0) + laws
+        globals()[name + "_numpy"](*args)
+        return
     fn = _compiled(name)
     if name in _ANNOUNCED:
         fn(*args)
@@ -88,6 +133,63 @@ def _call(name: str, *args: Any) -> None:
         print(f"featureode: compiled the kernel loop {name.lstrip('_')} with numba in "
               f"{time.perf_counter() - start:.1f} s (once; cached in {fn.stats.cache_path})", file=sys.stderr,
               flush=True)
+    if name not in _READY:
+        try:
+            _stamp(name).parent.mkdir(parents=True, exist_ok=True)
+            _stamp(name).write_text("")
+        except OSError:   # a read-only cache: the next process asks numba again
+            pass
+        _READY.add(name)
+
+
+def _talbot_densities_numpy(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                            dims: np.ndarray, exps: np.ndarray, starts: np.ndarray, wcoef: np.ndarray,
+                            norm: np.ndarray, out: np.ndarray) -> None:
+    """The NumPy twin of :func:`_talbot_densities` (one law at a time, the contour as arrays)."""
+    for k in range(lo.size):
+        rows = slice(int(lo[k]), int(hi[k]))
+        terms = base[rows]
+        for f in range(starts[k], starts[k + 1]):
+            for _ in range(exps[f]):   # repeated products: NumPy's complex power is ~20× slower
+                terms = terms * recip[dims[f], rows]
+        if norm[k] != 0.0:
+            extra = pbase[rows]
+            for f in range(starts[k], starts[k + 1]):
+                extra = extra + wcoef[f] * recip[dims[f], rows]
+            out[k, rows] = np.sum(terms * extra, axis=1).real / norm[k]
+        else:
+            out[k, rows] = np.sum(terms, axis=1).real
+
+
+def _tilted_densities_numpy(base: np.ndarray, recip: np.ndarray, csum: np.ndarray, row0: np.ndarray,
+                            row1: np.ndarray, fstart: np.ndarray, fdim: np.ndarray, fexp: np.ndarray,
+                            qstart: np.ndarray, qsum: np.ndarray, qpow: np.ndarray, qscale: np.ndarray,
+                            qcoef: np.ndarray, istart: np.ndarray, iop: np.ndarray, iarg: np.ndarray,
+                            nreg: np.ndarray, jstart: np.ndarray, jreg: np.ndarray, jlo: np.ndarray, jhi: np.ndarray,
+                            out: np.ndarray) -> None:
+    """The NumPy twin of :func:`_tilted_densities` (one law at a time, rows × contour as arrays)."""
+    for g in range(row0.size):
+        L, H = int(row0[g]), int(row1[g])
+        f0, f1 = int(fstart[g]), int(fstart[g + 1])
+        terms = base[L:H]
+        for f in range(f0, f1):
+            for _ in range(fexp[f]):
+                terms = terms * recip[fdim[f], L:H]
+        reg: list = [None] * int(nreg[g])
+        for q in range(qstart[g], qstart[g + 1]):
+            val = csum[qsum[q], L:H]
+            for f in range(f0, f1):
+                power = recip[fdim[f], L:H]
+                for _ in range(qpow[q] - 1):
+                    power = power * recip[fdim[f], L:H]
+                val = val + qcoef[q, f - f0] * power
+            reg[q - qstart[g]] = val * qscale[q]
+        for n in range(istart[g], istart[g + 1]):
+            d, a, b = iarg[n]
+            reg[d] = reg[a] * reg[b] if iop[n] == 0 else reg[a] + reg[b]
+        for j in range(jstart[g], jstart[g + 1]):
+            lo, hi = int(jlo[j]), int(jhi[j])
+            out[j, lo:hi] = np.einsum("rc,rc->r", terms[lo - L: hi - L], reg[jreg[j]][lo - L: hi - L]).real
 
 
 def talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -95,7 +197,7 @@ def talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo:
                      norm: np.ndarray) -> np.ndarray:
     """The densities of :func:`_talbot_densities` (shape ``len(lo) × rows``; 0 outside each ``lo_k:hi_k``)."""
     out = np.zeros((lo.size, base.shape[0]))
-    _call("_talbot_densities", base, pbase, recip, lo, hi, dims, exps, starts, wcoef, norm, out)
+    _call("_talbot_densities", lo.size, base, pbase, recip, lo, hi, dims, exps, starts, wcoef, norm, out)
     return out
 
 
@@ -190,6 +292,6 @@ def tilted_densities(base: np.ndarray, recip: np.ndarray, csum: np.ndarray, row0
                      jhi: np.ndarray) -> np.ndarray:
     """The densities of :func:`_tilted_densities` (shape ``jobs × rows``; 0 outside each job's ``lo:hi``)."""
     out = np.zeros((jreg.size, base.shape[0]))
-    _call("_tilted_densities", base, recip, csum, row0, row1, fstart, fdim, fexp, qstart, qsum, qpow, qscale, qcoef,
-          istart, iop, iarg, nreg, jstart, jreg, jlo, jhi, out)
+    _call("_tilted_densities", jreg.size, base, recip, csum, row0, row1, fstart, fdim, fexp, qstart, qsum, qpow,
+          qscale, qcoef, istart, iop, iarg, nreg, jstart, jreg, jlo, jhi, out)
     return out
