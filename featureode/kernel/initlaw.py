@@ -101,7 +101,8 @@ class QLaw:
       nodes from the exact moments (:func:`gauss_rule`).
 
     The Talbot terms of ``γ`` are ``base · Π_i (1 + 2 z g_i)^{−γ_i}``: the base (the ``γ = 0`` law times the
-    contour weights) and the per-direction factors are computed once and multiplied, not re-exponentiated.
+    contour weights) is computed once per row; the per-direction factors are multiplied in, not re-exponentiated,
+    for every γ of a batch in one pass (:meth:`measures`, :mod:`featureode.kernel.loops`).
     """
 
     N_GAUSS = 24
@@ -132,14 +133,12 @@ class QLaw:
                             - 0.5 * float(np.sum(np.log(2 * self.g))))
         total = float(self.g.sum())
         self._bulk = np.flatnonzero((Q >= total / 8) & (Q <= 8 * total))   # rows around the mean of Q
-        self._recip: dict[int, list[np.ndarray]] = {}
         self._gf = [float(x) for x in self.g]   # Python floats: the per-γ scalar sums below are Python arithmetic
         self._hf = [float(x) for x in self.h]
         self._top = float(self.g.max())
         self._psum = [float(np.sum(self.g**n)) for n in range(5)]
         self._hsum = [float(np.sum(self.h * self.g ** (n - 1))) if n else 0.0 for n in range(5)]
         self._rows: dict[float, int] = {}
-        self._last_product: tuple | None = None
         self._measures: dict[tuple[Gamma, bool], tuple[int, Measure]] = {}
 
     @property
@@ -149,15 +148,6 @@ class QLaw:
     @property
     def Q(self) -> np.ndarray:
         return self.grid.Q
-
-    def _power(self, i: int, n: int) -> np.ndarray:
-        """``(1 + 2 z g_i)^{−n}`` on the contour (powers cached per direction)."""
-        pw = self._recip.get(i)
-        if pw is None:
-            pw = self._recip[i] = [None, 1 / (1 + 2 * self.g[i] * self.z)]  # type: ignore[list-item]  # slot 0 (power 0) is never read
-        while len(pw) <= n:
-            pw.append(pw[-1] * pw[1])
-        return pw[n]
 
     def sums(self, gamma: Gamma, n: int) -> float:
         """``s_n = Σ_i (2γ_i + 1) g_i^n``."""
@@ -220,18 +210,6 @@ class QLaw:
                 lo = int(np.argmax(ok)) if ok.any() else 0
         self._rows[power] = lo
         return lo
-
-    def _product(self, gamma: Gamma, lo: int, hi: int) -> np.ndarray:
-        """``base · Π_i (1 + 2 z g_i)^{−γ_i}`` on rows ``lo:hi`` (the last product is kept: the weighted and
-        unweighted measures of one ``γ`` are asked for together)."""
-        last = self._last_product
-        if last is not None and last[0] == gamma and last[1] <= lo and hi <= last[2]:
-            return last[3][lo - last[1]: hi - last[1]]
-        terms = self.base(lo, hi)
-        for i, n in gamma:
-            terms = terms * self._power(i, n)[lo:hi]
-        self._last_product = (gamma, lo, hi, terms)
-        return terms
 
     def measure(self, gamma: Gamma, weighted: bool, singular: int = 0) -> Measure:
         """The discretised ``ν(dQ) = E[ŵ^{2γ} (P); |ŵ|² ∈ dQ]`` (density method, else Gauss rule), for integrands
