@@ -175,15 +175,25 @@ def test_tilted_densities_against_direct_numpy_cumulants(loops: str) -> None:
             assert mass == pytest.approx(m_gamma * factor0, rel=1e-13)
 
 
-def test_backend_choice_and_a_bad_override(monkeypatch) -> None:
+def test_backend_choice_is_fixed_per_process_and_a_bad_override_is_refused(monkeypatch, tmp_path) -> None:
     from featureode.kernel import loops as L
 
     monkeypatch.setenv("FEATUREODE_KERNEL_LOOPS", "fortran")
     with pytest.raises(ValueError, match="FEATUREODE_KERNEL_LOOPS must be one of numba, numpy"):
-        L.backend("_talbot_densities", 1)
+        L.backend("_talbot_densities")
     monkeypatch.delenv("FEATUREODE_KERNEL_LOOPS")
+    monkeypatch.setattr(L, "_CHOSEN", {})
     monkeypatch.setattr(L, "_READY", set())
-    monkeypatch.setattr(L, "_stamp", lambda name: L.Path("/nonexistent/featureode-stamp"))
     monkeypatch.setattr(L, "_NUMPY_LAWS", {})
-    assert L.backend("_talbot_densities", 10) == "numpy"            # uncached and little work: no compile
-    assert L.backend("_talbot_densities", L.COMPILE_AFTER + 1) == "numba"
+    monkeypatch.setattr(L, "_stamp", lambda name, kind="ready": tmp_path / f"{name}.{kind}")
+    assert L.backend("_talbot_densities") == "numpy"            # nothing cached: no compile in this process
+    base = np.ones((3, 2), dtype=complex)
+    one = np.array([0], dtype=np.int64)
+    for _ in range(2):   # more than COMPILE_AFTER laws given to the twin
+        L.talbot_densities(base, base, np.ones((1, 3, 2), dtype=complex), np.zeros(L.COMPILE_AFTER, np.int64),
+                           np.full(L.COMPILE_AFTER, 3, np.int64), one, one, np.zeros(L.COMPILE_AFTER + 1, np.int64),
+                           np.zeros(1), np.zeros(L.COMPILE_AFTER))
+    assert (tmp_path / "_talbot_densities.wanted").exists()     # ... so the next process compiles
+    assert L.backend("_talbot_densities") == "numpy"            # ... and this one keeps its backend
+    monkeypatch.setattr(L, "_CHOSEN", {})                        # a new process
+    assert L.backend("_talbot_densities") == "numba"

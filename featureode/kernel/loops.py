@@ -1,14 +1,17 @@
 """Compiled loops of the kernel layer: the Talbot densities of the laws of ``|ŵ|²`` (:mod:`featureode.kernel.initlaw`)
 and of the tilted laws of the second-order growth (:mod:`featureode.kernel.growth`), many γ per pass.
 
-Two backends with one interface, chosen per call from :data:`BACKENDS`: each loop is plain Python written for numba
+Two backends with one interface, chosen from :data:`BACKENDS`: each loop is plain Python written for numba
 (``_talbot_densities``, ``_tilted_densities``) with a NumPy twin of the same arguments (``_talbot_densities_numpy``,
-``_tilted_densities_numpy``; equal to round-off, tested against each other). The numba code is used where its
-machine code is in numba's cache (a stamp in the featureode cache says so, written after its first compiled run),
-and compiled (≈ 1–3 s, once per install, announced on stderr) once a process has given the NumPy twin
-:data:`COMPILE_AFTER` laws: a single cold solve pays no compile, a sweep or suite pays it once. The environment
-variable ``FEATUREODE_KERNEL_LOOPS`` = ``numba`` | ``numpy`` forces one backend. No fast-math: the same IEEE
-operations as the NumPy expressions, in another order.
+``_tilted_densities_numpy``; equal to round-off, tested against each other). A process keeps one backend per loop
+for its whole life, chosen at the loop's first call, so that its numbers do not depend on how much work came
+before (cached and fresh computations stay bitwise equal): numba where its machine code is in numba's cache (a stamp
+in the featureode cache says so, written after its first compiled run) or where an earlier process asked for it,
+else the NumPy twin. A process that gives the twin more than :data:`COMPILE_AFTER` laws asks for it (a second
+stamp), and the next process compiles it (≈ 1–3 s, once per install, announced on stderr). So a single cold solve
+pays no compile, and repeated work pays it once. The environment variable ``FEATUREODE_KERNEL_LOOPS`` =
+``numba`` | ``numpy`` forces one backend. No fast-math: the same IEEE operations as the NumPy expressions, in
+another order.
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ __all__ = ["talbot_densities", "tilted_densities", "BACKENDS", "COMPILE_AFTER", 
 
 #: the backends of every loop
 BACKENDS = ("numba", "numpy")
-#: laws a process gives a loop's NumPy twin before it compiles the numba code (≈ 0.3–1 s of NumPy work)
+#: laws a process gives a loop's NumPy twin before it asks the next process to compile the numba code (≈ 0.3–1 s
+#: of NumPy work)
 COMPILE_AFTER = 4000
 
 
@@ -81,7 +85,7 @@ def _talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo
 
 _ANNOUNCED: set[str] = set()
 _NUMPY_LAWS: dict[str, int] = {}      # laws given to each NumPy twin in this process
-_READY: set[str] = set()
+_READY: set[str] = set()     # loops whose 'wanted' stamp this process wrote
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,35 +96,51 @@ def _compiled(name: str) -> Any:   # a numba dispatcher (callable, with .stats)
 
 
 @functools.lru_cache(maxsize=None)
-def _stamp(name: str) -> Path:
-    """The file that says loop ``name``'s machine code is in numba's cache (per source text and numba version)."""
+def _stamp(name: str, kind: str = "ready") -> Path:
+    """The file that says loop ``name``'s machine code is in numba's cache (``ready``) or that a process asked for it
+    (``wanted``); per source text and numba version."""
     import hashlib
 
     from featureode.core.cache import cache_dir
 
     digest = hashlib.sha256(inspect.getsource(globals()[name]).encode()).hexdigest()[:16]
-    return cache_dir() / f"kernel_loop{name}_{digest}.ready-{metadata.version('numba')}"
+    return cache_dir() / f"kernel_loop{name}_{digest}.{kind}-{metadata.version('numba')}"
 
 
-def backend(name: str, laws: int) -> str:
-    """The backend loop ``name`` runs on for a pass over ``laws`` laws (module docstring)."""
+_CHOSEN: dict[str, str] = {}          # the backend of each loop in this process, fixed at its first call
+
+
+def backend(name: str) -> str:
+    """The backend loop ``name`` runs on in this process (module docstring)."""
     forced = os.environ.get("FEATUREODE_KERNEL_LOOPS", "").strip().lower()
     if forced:
         if forced not in BACKENDS:
             raise ValueError(f"FEATUREODE_KERNEL_LOOPS must be one of {', '.join(BACKENDS)} (or unset), got "
                              f"{forced!r}")
         return forced
-    if name in _READY or _stamp(name).exists():
-        _READY.add(name)
-        return "numba"
-    return "numba" if _NUMPY_LAWS.get(name, 0) + laws > COMPILE_AFTER else "numpy"
+    chosen = _CHOSEN.get(name)
+    if chosen is None:
+        cached = _stamp(name).exists() or _stamp(name, "wanted").exists()
+        chosen = _CHOSEN[name] = "numba" if cached else "numpy"
+    return chosen
+
+
+def _touch(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    except OSError:   # a read-only cache: the next process decides again
+        pass
 
 
 def _call(name: str, laws: int, *args: Any) -> None:
     """Run loop ``name`` on its backend (:func:`backend`); a compile (a numba cache miss) says so on stderr, once."""
-    if backend(name, laws) == "numpy":
+    if backend(name) == "numpy":
         _NUMPY_LAWS[name] = _NUMPY_LAWS.get(name, 0) + laws
         globals()[name + "_numpy"](*args)
+        if _NUMPY_LAWS[name] > COMPILE_AFTER and name not in _READY:   # the next process compiles
+            _touch(_stamp(name, "wanted"))
+            _READY.add(name)
         return
     fn = _compiled(name)
     if name in _ANNOUNCED:
@@ -133,13 +153,7 @@ def _call(name: str, laws: int, *args: Any) -> None:
         print(f"featureode: compiled the kernel loop {name.lstrip('_')} with numba in "
               f"{time.perf_counter() - start:.1f} s (once; cached in {fn.stats.cache_path})", file=sys.stderr,
               flush=True)
-    if name not in _READY:
-        try:
-            _stamp(name).parent.mkdir(parents=True, exist_ok=True)
-            _stamp(name).write_text("")
-        except OSError:   # a read-only cache: the next process asks numba again
-            pass
-        _READY.add(name)
+    _touch(_stamp(name))
 
 
 def _talbot_densities_numpy(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo: np.ndarray, hi: np.ndarray,
