@@ -163,7 +163,6 @@ class _TiltedLaws:
         :func:`_moment_program`), on the rows every ``K`` needs (a row's value does not depend on the range it is
         computed on). Each law is accepted only if it reproduces its exact mass, mean and second moment."""
         law = self.law
-        g = law.g
         out: dict[Gamma, list] = {gamma: [None] * len(wanted) for gamma, wanted in requests.items()}
         todo: dict[Gamma, list] = {}
         for gamma, wanted in requests.items():
@@ -187,8 +186,8 @@ class _TiltedLaws:
         H = max(t[3] for jobs in todo.values() for t in jobs)
         used = sorted({i for gamma in gammas for i, _ in gamma})
         slot = {i: n for n, i in enumerate(used)}
-        z = law.z[L:H]
-        recip = 1 / (1 + 2 * g[used][:, None, None] * z[None]) if used else np.ones((1,) + z.shape, dtype=complex)
+        # the directions' (1 + 2 z g_i)^{-1} on these rows: the same array the contour sums below are built from
+        recip = self._inverse_powers(1, L, H)[used] if used else np.ones((1, H - L, law.talbot), dtype=complex)
         gf = law._gf
         sums: dict[tuple[int, int], int] = {}                 # (e, n) -> row of csum
         row0, row1, fstart, fdim, fexp = [], [], [0], [], []
