@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     def law(term: object, beta: str) -> sp.Expr:
         Ub, Vb = UV[beta]
         e = term.body.subs(ode.M, 1).doit()  # type: ignore[attr-defined]
-        e = e.subs({ode.U[ode.beta, 0, 0]: Ub, ode.V[ode.beta, 0]: Vb, ode.S[ode.beta, 0]: Ub + Vb,
+        e = e.subs({ode.Ud[ode.beta, 0]: Ub, ode.V[ode.beta, 0]: Vb, ode.S[ode.beta, 0]: Ub + Vb,
                     ode.Sd[0]: 2 * g0, ode.D[0]: Dv, ode.q: gam**2})
         return sp.simplify(e.rewrite(sp.exp))
 

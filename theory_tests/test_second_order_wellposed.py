@@ -56,26 +56,60 @@ def test_positive_laws_stay_finite_and_positive_along_the_solution(cfg):
         assert np.all(np.isfinite(traj.f))
 
 
+def _law_inputs(rng: np.random.Generator, M: int) -> dict:
+    """Random constants as the quadrature gives them: ``U_β`` a Gram matrix (PSD), ``V`` of any sign, and what
+    :func:`featureode.ode.solve.system_inputs` derives from them (``U`` without its cross terms, its diagonal ``Ud``)."""
+    A = rng.standard_normal((M, M, M))
+    U = np.einsum("bak,bck->bac", A, A) / M
+    V = 3 * rng.standard_normal((M, M))
+    S = np.einsum("baa->ba", U) + V
+    Ud = np.einsum("baa->ba", U)
+    Uo = np.zeros_like(U)
+    Uo[:, np.arange(M), np.arange(M)] = Ud
+    return {"B": np.eye(M), "v": np.ones(M), "lam0": np.ones(M), "g": np.ones(M), "gpow": np.ones(M),
+            "c": np.ones(M), "K": np.zeros((0, 0)), "S": S, "Sd": np.maximum(np.diag(S), 1e-30), "U": Uo,
+            "V": V, "Ud": Ud, "sv": np.zeros(0), "gamma": 0.5, "kappa": 0.1, "q": 0.25, "q_a": 0.25, "q_w": 0.25}
+
+
 @settings(max_examples=10, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_compiled_laws_are_nonnegative_for_any_residuals(seed):
     rng = np.random.default_rng(seed)
     M = 3
+    inputs = _law_inputs(rng, M)
     for name in ("second_order", "resummed", "rational"):
         system = Variant(name).system()
         comp = compile_system(system)
-        # a random Gram matrix U_β (PSD) and V of any sign, as the quadrature gives them
-        A = rng.standard_normal((M, M, M))
-        U = np.einsum("bak,bck->bac", A, A) / M
-        V = 3 * rng.standard_normal((M, M))
-        S = np.einsum("baa->ba", U) + V
-        inputs = {"B": np.eye(M), "v": np.ones(M), "lam0": np.ones(M), "g": np.ones(M), "gpow": np.ones(M),
-                  "c": np.ones(M), "K": np.zeros((0, 0)), "S": S, "Sd": np.maximum(np.diag(S), 1e-30), "U": U,
-                  "V": V, "sv": np.zeros(0), "gamma": 0.5, "kappa": 0.1, "q": 0.25, "q_a": 0.25, "q_w": 0.25}
         for scale in (0.1, 1.0, 10.0, 30.0):
             y = np.concatenate([np.zeros(M), scale * rng.standard_normal(M)])
             lam = comp.observe(y, *[inputs[k] for k in system.inputs])[2]
             assert np.all(lam >= -1e-12 * np.maximum(1, np.abs(lam)).max()), (name, scale, lam)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_compiled_positive_laws_are_their_formulas(backend):
+    """The compiled ``second_order`` and ``resummed`` laws against the formulas written out here in NumPy:
+    ``ρ_β = (1 + Σ_α V_{βα} c_α)² + Σ_α U_{βαα} s_α²`` with ``s = √q D``, ``c = qD²/2`` (second order) and
+    ``s = sinh(ω√qD)/ω``, ``c = 2 sinh²(ω√qD/2)/ω²``, ``ω_α = sqrt(Sd_α/2)`` (resummed); and, with the full ``U_β``
+    of the derivation restricted to its diagonal, equal to ``(1 + V c)² + sᵀU_β s`` (the cross terms dropped)."""
+    rng = np.random.default_rng(11)
+    M = 4
+    inputs = _law_inputs(rng, M)
+    q, V, Ud, Sd = inputs["q"], inputs["V"], inputs["Ud"], inputs["Sd"]
+    om = np.sqrt(Sd / 2)
+    for scale in (1e-3, 0.5, 4.0):
+        D = scale * rng.standard_normal(M)
+        x = np.sqrt(q) * D
+        laws = {"second_order": (x, q * D**2 / 2),
+                "resummed": (np.sinh(om * x) / om, 2 * np.sinh(om * x / 2) ** 2 / om**2)}
+        for name, (s_a, c_a) in laws.items():
+            system = Variant(name).system()
+            comp = compile_system(system, backend)
+            lam = comp.observe(np.concatenate([np.zeros(M), D]), *[inputs[k] for k in system.inputs])[2]
+            want = (1 + V @ c_a) ** 2 + Ud @ s_a**2
+            np.testing.assert_allclose(lam, want, rtol=1e-12)
+            np.testing.assert_allclose(lam, (1 + V @ c_a) ** 2 + np.einsum("a,bad,d->b", s_a, inputs["U"], s_a),
+                                       rtol=1e-12)
 
 
 def test_rational_law_is_the_truncated_growth_continued_without_sign_change():
@@ -90,7 +124,8 @@ def test_rational_law_is_the_truncated_growth_continued_without_sign_change():
     S[0] = np.abs(S[0])                       # one mode with only growing parts
     base = {"B": np.eye(M), "v": np.ones(M), "lam0": np.ones(M), "g": np.ones(M), "gpow": np.ones(M),
             "c": np.ones(M), "K": np.zeros((0, 0)), "S": S, "Sd": np.maximum(np.diag(S), 1e-30),
-            "U": np.zeros((M, M, M)), "V": np.zeros((M, M)), "sv": np.zeros(0), "gamma": 0.5, "kappa": 0.1,
+            "U": np.zeros((M, M, M)), "V": np.zeros((M, M)), "Ud": np.zeros((M, M)), "sv": np.zeros(0), "gamma": 0.5,
+            "kappa": 0.1,
             "q": q, "q_a": q, "q_w": q}
     for scale in (1e-4, 0.3, 3.0, 300.0):
         D = scale * rng.standard_normal(M)

@@ -80,7 +80,7 @@ def test_a_term_with_named_sub_expressions_compiles_its_body_and_prints_them():
     system shows the compact law and each definition on its own row; a compact form that is not the body, or
     definitions in a cycle, are refused."""
     term = ode.RESUMMED_GROWTH
-    assert {x.base for x in term.body.atoms(sp.Indexed)} <= {ode.D, ode.U, ode.V, ode.Sd}
+    assert {x.base for x in term.body.atoms(sp.Indexed)} <= {ode.D, ode.Ud, ode.V, ode.Sd}
     assert term.compact.has(ode.xi) and term.compact.has(ode.zeta)
     tex = system_latex(Variant("resummed").system())
     assert r"\xi_{\alpha} &= " in tex and r"\zeta_{\alpha} &= " in tex and r"\omega_{\alpha}^{2} &= " in tex
@@ -101,7 +101,7 @@ def test_eigenvalue_laws_replace_eigen_growth_and_keep_r_at_one():
         assert "eigen_growth" not in v.term_names() and f"{name}_growth" in v.term_names()
         system = v.system()
         assert system.assignment("r").expr == 1
-        assert system.assignment("rho").expr.has(ode.U) and system.assignment("rho").expr.has(ode.V)
+        assert system.assignment("rho").expr.has(ode.Ud) and system.assignment("rho").expr.has(ode.V)
         assert tex_text(f"{name}_growth") in system_latex(system)
         assert expr_latex(ode.SECOND_ORDER_GROWTH.body) in system_latex(Variant("second_order").system())
 

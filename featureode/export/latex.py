@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or ar
 _INDEXED = {"f": "f_{%s}", "D": "D_{%s}", "v": "v_{%s}", "lam0": r"\lambda_{%s}(0)", "lam": r"\lambda_{%s}",
             "rho": r"\rho_{%s}", "gpow": "g^{%s}", "c": "c_{|%s|}", "g": "g_{%s}", "r": "r_{%s}",
             "B": "{%s}_{%s}", "K": r"\tilde K_{%s%s}", "S": r"S_{%s%s}", "Sd": r"\bar S_{%s}",
-            "U": r"U_{%s%s%s}", "V": r"V_{%s%s}",
+            "U": r"U_{%s%s%s}", "V": r"V_{%s%s}", "Ud": r"U_{%s%s%s}",
             "sv": r"s^{\mathrm{sp}}_{%s}"}
 _LHS = {"r": "r_i", "s": "s", "rho": r"\rho_\beta", "lam": r"\lambda_\beta(t)",
         "dfdt": r"\frac{d f_\beta}{dt}", "dDdt": r"\frac{d D_\beta}{dt}"}
@@ -135,6 +135,8 @@ class _Printer(LatexPrinter):
             return template % (idx[0], idx[1])
         if str(expr.base) == "U":
             return template % (idx[0], idx[1], idx[2])
+        if str(expr.base) == "Ud":   # the diagonal U_{βαα}
+            return template % (idx[0], idx[1], idx[1])
         return template % tuple(idx) if template.count("%s") == len(idx) else template % idx[0]
 
     def _reduce(self, expr: sp.Expr, op: str) -> str:

@@ -85,7 +85,7 @@ def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "ex
     ``theory.parametrization`` with its per-group learning rates, or ``parametrization``); ``κ`` = the variant's or
     the derived ``q_w c_1/Λ_1²``; ``S``/``Sd``: the second-order growth constants ``S_{βα}`` of
     :mod:`featureode.kernel.second_order` (metric weighted by the parametrization's per-group rates),
-    ``max(S_{αα}, 1e-30)`` and the parts ``U_{βαδ}``, ``V_{βα}`` for the closures that use them (driven by the
+    ``max(S_{αα}, 1e-30)`` and the parts ``U_{βαδ}``, ``V_{βα}``, ``Ud_{βα} = U_{βαα}`` for the closures that use them (driven by the
     target's modes, ``v_α ≠ 0``; computed from the theory's network), else empty.
     """
     system = variant.system(basis)
@@ -106,15 +106,15 @@ def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "ex
     pref = closure_prefactors(theory, parametrization)
     kappa = pref["q_w"] * float(c_levels[1] / theory.level_coefficients[1] ** 2) if variant.kappa is None \
         else float(variant.kappa)
-    S, Sd, U, V = np.zeros((0, 0)), np.zeros(0), np.zeros((0, 0, 0)), np.zeros((0, 0))
-    if any(a.expr.has(x) for x in (ode.S, ode.Sd, ode.U, ode.V) for a in system.assignments):
-        S, Sd, U, V = _second_order_inputs(theory, parametrization)
+    S, Sd, U, V, Ud = np.zeros((0, 0)), np.zeros(0), np.zeros((0, 0, 0)), np.zeros((0, 0)), np.zeros((0, 0))
+    if any(a.expr.has(x) for x in (ode.S, ode.Sd, ode.U, ode.V, ode.Ud) for a in system.assignments):
+        S, Sd, U, V, Ud = _second_order_inputs(theory, parametrization)
     sv = _spread_inputs(theory, variant.spread_width) if any(a.expr.has(ode.sv) for a in system.assignments) \
         else np.zeros(0)
     values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
               "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
               "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
-              "S": S, "Sd": Sd, "U": U, "V": V, "sv": sv, "gamma": float(theory.gamma), "kappa": float(kappa),
+              "S": S, "Sd": Sd, "U": U, "V": V, "Ud": Ud, "sv": sv, "gamma": float(theory.gamma), "kappa": float(kappa),
               **pref, **variant.param_values}
     return [values[name] for name in system.inputs], system
 
@@ -185,10 +185,12 @@ _SECOND_ORDER: dict = {}
 
 
 def _second_order_inputs(theory: Any, parametrization: "str | Parametrization | None" = None
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``S_{βα}``, ``Sd_α = max(S_{αα}, 1e-30)``, ``U_{βαδ}`` and ``V_{βα}`` (:func:`second_order_of`)."""
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``S_{βα}``, ``Sd_α = max(S_{αα}, 1e-30)``, ``U_{βαδ}`` (:func:`_diagonal_drivers`), ``V_{βα}`` and
+    ``Ud_{βα} = U_{βαα}`` (:func:`second_order_of`)."""
     so = second_order_of(theory, parametrization=parametrization)[1]
-    return so.S, np.maximum(np.diag(so.S), 1e-30), _diagonal_drivers(so.U), so.V
+    U = _diagonal_drivers(so.U)
+    return so.S, np.maximum(np.diag(so.S), 1e-30), U, so.V, np.ascontiguousarray(np.einsum("baa->ba", U))
 
 
 def _diagonal_drivers(U: np.ndarray) -> np.ndarray:

@@ -26,7 +26,8 @@ Symbols (also the names a user expression may use, :data:`NAMESPACE`): indices `
 (``β_i``), ``g[i]``, ``gpow[b]`` (``g^β``), ``c[b]`` (``c_{|β|}``), ``K[a,b]`` (off-diagonal Gram ``K_{αβ}(0)``,
 extended basis), ``S[b,a]`` (second-order growth constants ``S_{βα}``), ``Sd[a]`` (``max(S_{αα}, 1e-30)``),
 ``U[b,a,delta]`` and ``V[b,a]`` (the two parts of ``S``: ``S_{βα} = U_{βαα} + V_{βα}``,
-:mod:`featureode.kernel.second_order`), ``sv[b]`` (spread shift ``s_β``, :data:`SPREAD`), ``gamma``, ``kappa``, ``q``, ``q_a``, ``q_w``; a second driving-mode index ``delta``
+:mod:`featureode.kernel.second_order`; ``U`` with its cross terms ``α ≠ δ`` set to 0), ``Ud[b,a]`` (its diagonal
+``U_{βαα} ≥ 0``, what the built-in laws use), ``sv[b]`` (spread shift ``s_β``, :data:`SPREAD`), ``gamma``, ``kappa``, ``q``, ``q_a``, ``q_w``; a second driving-mode index ``delta``
 (``sum_delta``); intermediates ``r[i]``, ``s``, ``rho[b]``, ``lam[b]``.
 """
 from __future__ import annotations
@@ -61,6 +62,7 @@ delta = sp.Symbol("delta", integer=True)   # a second driving-mode index (double
 f, D = sp.IndexedBase("f"), sp.IndexedBase("D")
 v, lam0, B, g, gpow, c, K, S, Sd = (sp.IndexedBase(n) for n in ("v", "lam0", "B", "g", "gpow", "c", "K", "S", "Sd"))
 U, V = sp.IndexedBase("U"), sp.IndexedBase("V")
+Ud = sp.IndexedBase("Ud")   # U_{βαα}: the driving-diagonal part of U that the built-in second-order laws use
 sv = sp.IndexedBase("sv")   # the spread shift s_β of the spread-aware flow (featureode.kernel.spread)
 gamma, kappa, q = sp.Symbol("gamma"), sp.Symbol("kappa"), sp.Symbol("q")
 qa, qw = sp.Symbol("q_a"), sp.Symbol("q_w")   # readout-growth and first-layer-displacement prefactors
@@ -70,7 +72,7 @@ dfdt, dDdt = sp.IndexedBase("dfdt"), sp.IndexedBase("dDdt")
 
 STATES = (f, D)
 #: Inputs of every compiled system, in argument order (user parameters follow, sorted by name).
-INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "U", "V", "sv", "gamma", "kappa", "q", "q_a", "q_w")
+INPUTS = ("B", "v", "lam0", "g", "gpow", "c", "K", "S", "Sd", "U", "V", "Ud", "sv", "gamma", "kappa", "q", "q_a", "q_w")
 INTERMEDIATES = {"r": r, "s": s, "rho": rho, "lam": lam}
 
 
@@ -99,7 +101,7 @@ def direction_product(expr: sp.Expr, idx: sp.Symbol = i) -> sp.Product:
 NAMESPACE: dict[str, object] = {
     "b": beta, "beta": beta, "a": alpha, "alpha": alpha, "delta": delta, "i": i, "M": M, "d": d,
     "f": f, "D": D, "v": v, "lam0": lam0, "B": B, "g": g, "gpow": gpow, "c": c, "K": K, "S": S, "Sd": Sd,
-    "U": U, "V": V, "sv": sv,
+    "U": U, "V": V, "Ud": Ud, "sv": sv,
     "gamma": gamma, "kappa": kappa, "q": q, "q_a": qa, "q_w": qw, "r": r, "s": s, "rho": rho, "lam": lam,
     "sum_b": mode_sum, "sum_a": lambda e: mode_sum(e, alpha), "sum_delta": lambda e: mode_sum(e, delta),
     "sum_i": direction_sum, "prod_i": direction_product,
@@ -229,13 +231,14 @@ sign symmetry, so ``⟨w_{ki}²⟩(t) − 1 = γ² η_w² Σ_β β_i g^β E[a_k�
 """
 
 def _positive_law(first: "sp.Expr | None" = None, second: "sp.Expr | None" = None) -> sp.Expr:
-    """``(1 + Σ_α V_{βα} c_α)² + Σ_{α,δ} U_{βαδ} s_α s_δ`` with the driving-mode functions ``s_α`` (first order)
-    and ``c_α`` (second order) as given; default ``s_α = γ D_α``, ``c_α = γ² D_α²/2`` (``γ² = q``)."""
+    """``(1 + Σ_α V_{βα} c_α)² + Σ_α U_{βαα} s_α²`` with the driving-mode functions ``s_α`` (first order) and ``c_α``
+    (second order) as given; default ``s_α = γ D_α``, ``c_α = γ² D_α²/2`` (``γ² = q``). The quadratic form
+    ``Σ_{α,δ} U_{βαδ} s_α s_δ`` of the derivation is applied without its cross terms ``α ≠ δ``
+    (:func:`featureode.ode.solve._diagonal_drivers` says why), so it is written on the diagonal ``Ud[β, α] = U_{βαα}``:
+    ``M²`` operations per evaluation instead of ``M³`` on a tensor that is zero off its diagonal."""
     s_a = sp.sqrt(q) * D[alpha] if first is None else first
-    s_d = s_a.xreplace({alpha: delta})
     c_a = q * D[alpha] ** 2 / 2 if second is None else second
-    return ((1 + mode_sum(V[beta, alpha] * c_a, alpha)) ** 2
-            + mode_sum(s_a * mode_sum(U[beta, alpha, delta] * s_d, delta), alpha))
+    return (1 + mode_sum(V[beta, alpha] * c_a, alpha)) ** 2 + mode_sum(Ud[beta, alpha] * s_a ** 2, alpha)
 
 
 SECOND_ORDER_GROWTH = Term("second_order_growth", _positive_law(), (beta,), sp.Integer(1),
@@ -243,8 +246,8 @@ SECOND_ORDER_GROWTH = Term("second_order_growth", _positive_law(), (beta,), sp.I
                            "gradient expanded to second order in the weight displacement (readout, first-layer "
                            "and bias parts and their cross terms averaged jointly over init); positive by "
                            "construction")
-"""``ρ_β = (1 + (q/2) Σ_α V_{βα} D_α²)² + q Σ_{α,δ} U_{βαδ} D_α D_δ`` (an eigenvalue law: it takes the place of
-``eigen_growth``; ``r_i = 1``).
+"""``ρ_β = (1 + (q/2) Σ_α V_{βα} D_α²)² + q Σ_α U_{βαα} D_α²`` (an eigenvalue law: it takes the place of
+``eigen_growth``; ``r_i = 1``; the derivation's ``q DᵀU_β D`` without its cross terms, :func:`_positive_law`).
 
 Derivation (:mod:`featureode.kernel.second_order`, ``derivations/closure_second_order.py``). ``λ_β = E|u|²`` with
 ``u = P^{1/2}∇φ_β(θ)`` the per-neuron gradient; along the flow ``dθ/dD_α = γ P∇φ_α`` it is
@@ -272,7 +275,7 @@ RESUMMED_GROWTH = defined_term(
     (beta,), sp.Integer(1),
     "resummed second-order closure: the positive second-order law resummed along the "
     "hyperbolic per-neuron flow of each driving mode")
-"""``ρ_β = (1 + Σ_α V_{βα} ζ_α)² + Σ_{α,δ} U_{βαδ} ξ_α ξ_δ`` with ``ξ_α = sinh(ω_α x_α)/ω_α``,
+"""``ρ_β = (1 + Σ_α V_{βα} ζ_α)² + Σ_α U_{βαα} ξ_α²`` with ``ξ_α = sinh(ω_α x_α)/ω_α``,
 ``ζ_α = (cosh(ω_α x_α) − 1)/ω_α² = 2 sinh²(ω_α x_α/2)/ω_α²``, ``x_α = sqrt(q) D_α``,
 ``ω_α² = Sd_α/2 = max(S_{αα}, 10⁻³⁰)/2`` (printed so, ξ, ζ, ω on their own lines: :func:`defined_term`).
 
