@@ -85,8 +85,8 @@ def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "ex
     ``theory.parametrization`` with its per-group learning rates, or ``parametrization``); ``κ`` = the variant's or
     the derived ``q_w c_1/Λ_1²``; ``S``/``Sd``: the second-order growth constants ``S_{βα}`` of
     :mod:`featureode.kernel.second_order` (metric weighted by the parametrization's per-group rates),
-    ``max(S_{αα}, 1e-30)`` and the parts ``U_{βαδ}``, ``V_{βα}``, ``Ud_{βα} = U_{βαα}`` for the closures that use them (driven by the
-    target's modes, ``v_α ≠ 0``; computed from the theory's network), else empty.
+    ``max(S_{αα}, 1e-30)`` and the parts ``U_{βαδ}``, ``V_{βα}``, ``Ud_{βα} = U_{βαα}`` for the closures that use
+    them (driven by the target's modes, ``v_α ≠ 0``; computed from the theory's network), else empty.
     """
     system = variant.system(basis)
     modes = tuple(theory.modes)
@@ -114,8 +114,8 @@ def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "ex
     values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
               "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
               "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
-              "S": S, "Sd": Sd, "U": U, "V": V, "Ud": Ud, "sv": sv, "gamma": float(theory.gamma), "kappa": float(kappa),
-              **pref, **variant.param_values}
+              "S": S, "Sd": Sd, "U": U, "V": V, "Ud": Ud, "sv": sv, "gamma": float(theory.gamma),
+              "kappa": float(kappa), **pref, **variant.param_values}
     return [values[name] for name in system.inputs], system
 
 
