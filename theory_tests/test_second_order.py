@@ -51,6 +51,27 @@ def test_linear_activation_has_the_closed_forms():
     np.testing.assert_allclose(so.lambda0, 2 * G3[:2], rtol=1e-10)
 
 
+def test_one_traced_algebra_serves_every_spectrum():
+    # the flow algebra of a mode set is traced once with the g_i as symbols (second_order._trace) and reused for
+    # every spectrum: the closed forms of the linear activation and the kernel's exact λ_β(0) hold on each spectrum
+    # of a sequence that shares one trace (spectra of different dimension and order included)
+    from featureode.kernel import second_order as so_mod
+
+    so_mod._trace.cache_clear()
+    so_mod._cached.cache_clear()   # the constants themselves are cached per spectrum too
+    for g in (G3, np.array([0.05, 0.6, 0.3, 0.2, 0.1]), np.array([1.3, 0.01, 0.4])):
+        so = second_order_constants(["z0", "z1"], g, "u", 0.5)
+        np.testing.assert_allclose(so.S, [[2 * g[0], g[1]], [g[0], 2 * g[1]]], rtol=1e-10)
+        np.testing.assert_allclose([so.U[0, 0, 0], so.V[0, 0]], [g[0], g[0]], rtol=1e-10)
+    assert so_mod._trace.cache_info().hits == 2
+    modes = [Mode.parse(m) for m in ("z0", "z0*z1", "h2(z1)", "h3(z0)")]
+    for g in (np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.07]), np.array([0.1, 0.35, 0.2, 0.02, 0.3, 0.05])):
+        net = Network.build("relu", g, 0.5)
+        np.testing.assert_allclose(network_second_order(net, modes, [0]).lambda0, network_eigenvalues(net, modes),
+                                   rtol=1e-10)
+    assert so_mod._trace.cache_info().hits == 3
+
+
 def test_learning_rate_weights_enter_the_metric():
     # linear σ, one readout weight a and one direction: k = η_a ŵ² + η_w g a²; the flow rotates (a, ŵ) with
     # rapidity sqrt(η_a η_w g), and λ(D)/λ(0) = ... second order: S = 2 η_a η_w g (independent of the mix)

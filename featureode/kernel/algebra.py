@@ -16,6 +16,11 @@ vectors closes on the algebra::
     ⟨G, H⟩_P = η_a G_a H_a + η_b G_b H_b + η_w [Σ_{i explicit} g_i (G_i H_i + ŵ_i (G_i H^R(g_i) + H_i G^R(g_i)))
                                                 + Σ_{k,l} G^R_k H^R_l P_{k+l+1}],   G^R(x) = Σ_k x^k G^R_k.
 
+The coefficients are polynomials in the ``g_i`` of the explicit directions; a term carries its power of ``g_i`` as
+one more field of its code (kind ``"g"``, a constant: derivatives do not touch it), so the algebra of a mode set does
+not depend on the spectrum and is traced once for every spectrum (:mod:`featureode.kernel.second_order`);
+:class:`~featureode.kernel.growth.Averager` puts the numbers ``g_i`` in when it averages.
+
 The driving mode α moves the neuron along ``dθ/dε = P∇φ_α`` (``ε = γ D_α`` in the meanfield time unit), so a
 scalar changes by its Lie derivative ``L_α F = ⟨∇φ_α, ∇F⟩_P`` and a vector ``G(θ)`` (components in fixed
 coordinates) by ``L_α G`` componentwise, where ``L_α ŵ_i = η_w g_i (∇φ_α)_i`` turns radial parts into explicit and
@@ -24,7 +29,7 @@ kernel is ``k_β = |u|²``; :mod:`featureode.kernel.second_order` averages ``|u_
 ``⟨u_1, u_1'⟩``, ``⟨u_0, u_2⟩`` and ``⟨u_2, u_2'⟩``.
 
 Terms are stored as ``(n, code)`` with an integer *code* of ``ŵ^μ Π P_k Π m_j``: one 16-bit field per *slot* (a
-direction ``i``, an index ``k`` of ``P_k`` or an order ``j`` of ``m_j``, numbered process-wide as first met,
+direction ``i``, an index ``k`` of ``P_k``, an order ``j`` of ``m_j`` or the power of a ``g_i``, numbered process-wide as first met,
 :func:`slot`) holding the exponent or multiplicity, so the code of a product is the sum of the codes and a
 derivative subtracts and adds single fields. :func:`fields` reads a code back.
 """
@@ -40,8 +45,8 @@ import numpy as np
 from featureode.calculus.hermite import Mode
 from featureode.kernel.network import KernelError
 
-__all__ = ["Rates", "Vector", "Algebra", "GrowthError", "mul", "times_code", "slot", "unit", "odd_mask", "fields",
-           "slot_kinds"]
+__all__ = ["Rates", "Vector", "Algebra", "GrowthError", "mul", "times_code", "slot", "unit", "g_unit", "odd_mask",
+           "fields", "slot_kinds", "g_mask"]
 
 # a term key: (power of a, code of ŵ^μ Π P_k Π m_j)
 Key = tuple[int, int]
@@ -74,17 +79,19 @@ class Rates:
 # ----------------------------------------------------------------------------------------------------------------
 # codes
 # ----------------------------------------------------------------------------------------------------------------
-_SLOTS: list[tuple[str, int]] = []            # slot -> ("w", direction) | ("P", k) | ("m", order)
+_SLOTS: list[tuple[str, int]] = []            # slot -> ("w", direction) | ("P", k) | ("m", order) | ("g", direction)
 _SLOT_OF: dict[tuple[str, int], int] = {}
 _UNIT: dict[tuple[str, int], int] = {}        # (kind, value) -> the code of that one factor
 _LOCK = threading.Lock()
 #: the lowest bit of every direction's field: ``code & odd_mask()`` is the pattern of odd exponents of ``ŵ^μ``
 _ODD = [0]
+#: every bit of the fields of kind "g": ``code & ~g_mask()`` is the code without its factor ``Π g_i^{e_i}``
+_GMASK = [0]
 
 
 def slot(kind: str, value: int) -> int:
-    """The field number of a direction (``kind="w"``), an index of ``P_k`` (``"P"``) or an order of ``m_j``
-    (``"m"``), registered on first use (process-wide; codes of one process are comparable)."""
+    """The field number of a direction (``kind="w"``), an index of ``P_k`` (``"P"``), an order of ``m_j``
+    (``"m"``) or the power of the constant ``g_i`` of a direction (``"g"``), registered on first use (process-wide; codes of one process are comparable)."""
     n = _SLOT_OF.get((kind, value))
     if n is None:
         with _LOCK:
@@ -95,6 +102,8 @@ def slot(kind: str, value: int) -> int:
                 _UNIT[(kind, value)] = 1 << FIELD_BITS * n
                 if kind == "w":
                     _ODD[0] |= 1 << FIELD_BITS * n
+                if kind == "g":
+                    _GMASK[0] |= ((1 << FIELD_BITS) - 1) << FIELD_BITS * n
                 _SLOT_OF[(kind, value)] = n
     return n
 
@@ -106,6 +115,16 @@ def unit(kind: str, value: int) -> int:
         slot(kind, value)
         code = _UNIT[(kind, value)]
     return code
+
+
+def g_unit(i: int) -> int:
+    """The code of the constant factor ``g_i``."""
+    return unit("g", i)
+
+
+def g_mask() -> int:
+    """The bits of every registered ``g`` field (:func:`slot`)."""
+    return _GMASK[0]
 
 
 def odd_mask() -> int:
@@ -136,7 +155,8 @@ def _derivative_steps(code: int) -> tuple[tuple, tuple, tuple]:
     for n, c in enumerate(raw):
         if c:
             kind, v = _SLOTS[n]
-            (ms if kind == "m" else mo if kind == "w" else pk).append((v, c))
+            if kind != "g":   # a power of the constant g_i: no derivative
+                (ms if kind == "m" else mo if kind == "w" else pk).append((v, c))
     return (tuple((c, unit("m", j + 1) - unit("m", j), unit("m", j + 2) - unit("m", j)) for j, c in sorted(ms)),
             tuple((i, e, unit("w", i)) for i, e in sorted(mo)),
             tuple((k, c, unit("P", k)) for k, c in sorted(pk)))
@@ -192,10 +212,10 @@ class Vector:
 
 
 class Algebra:
-    """The operations of the module docstring for one spectrum ``g`` and metric weights ``rates``."""
+    """The operations of the module docstring for metric weights ``rates`` (for every spectrum: the ``g_i`` are
+    fields of the codes)."""
 
-    def __init__(self, g: np.ndarray, rates: Rates = Rates()):
-        self.g = np.asarray(g, dtype=float)
+    def __init__(self, rates: Rates = Rates()):
         self.rates = rates
         self._steps: dict[int, tuple[tuple, tuple, tuple]] = {}   # code -> _derivative_steps(code)
         self._ops: dict[int, tuple[Vector, _LieOps]] = {}          # id(drive) -> (drive, its _LieOps)
@@ -228,10 +248,12 @@ class Algebra:
         return self.grad({(1, code): 1 / math.sqrt(mode.factorial)})
 
     # inner product -----------------------------------------------------------------------------------------------
-    def _radial_at(self, R: dict, x: float) -> Scalar:
+    def radial_at(self, R: dict, i: int) -> Scalar:
+        """The radial coefficient ``Σ_k g_i^k R_k`` of direction ``i``."""
         out: Scalar = {}
+        gi = g_unit(i)
         for k, F in R.items():
-            _axpy(out, F, x**k)
+            _axpy(out, times_code(F, k * gi) if k else F)
         return out
 
     def dot(self, G: Vector, H: Vector, parts: bool = False) -> "Scalar | dict[str, Scalar]":
@@ -242,13 +264,13 @@ class Algebra:
         rw: Scalar = {}
         if r.w:
             for i in set(G.E) | set(H.E):
-                gi = float(self.g[i])
+                gi = g_unit(i)
                 if i in G.E and i in H.E:
-                    _axpy(rw, mul(G.E[i], H.E[i]), gi)
+                    _axpy(rw, times_code(mul(G.E[i], H.E[i]), gi))
                 if i in G.E and H.R:
-                    _axpy(rw, times_code(mul(G.E[i], self._radial_at(H.R, gi)), unit("w", i)), gi)
+                    _axpy(rw, times_code(mul(G.E[i], self.radial_at(H.R, i)), unit("w", i) + gi))
                 if i in H.E and G.R:
-                    _axpy(rw, times_code(mul(H.E[i], self._radial_at(G.R, gi)), unit("w", i)), gi)
+                    _axpy(rw, times_code(mul(H.E[i], self.radial_at(G.R, i)), unit("w", i) + gi))
             for k, Gk in G.R.items():
                 for l, Hl in H.R.items():
                     _axpy(rw, times_code(mul(Gk, Hl), unit("P", k + l + 1)))
@@ -297,8 +319,7 @@ class Algebra:
             out.E[i] = self.lie(drive, F)
         if ew and G.R:
             for i, Fa in drive.E.items():       # the explicit part of L ŵ_i times the radial coefficient
-                gi = float(self.g[i])
-                _axpy(out.E.setdefault(i, {}), mul(Fa, self._radial_at(G.R, gi)), ew * gi)
+                _axpy(out.E.setdefault(i, {}), times_code(mul(Fa, self.radial_at(G.R, i)), g_unit(i)), ew)
         for k, F in G.R.items():
             _axpy(out.R.setdefault(k, {}), self.lie(drive, F))
             if ew:
@@ -325,7 +346,7 @@ class _LieOps:
 
     def __init__(self, alg: Algebra, drive: Vector):
         r = alg.rates
-        self.rates, self.g, self.drive = r, alg.g, drive
+        self.rates, self.drive = r, drive
         self.A = [(nd, cd, r.a * v) for (nd, cd), v in drive.A.items()] if r.a else []
         self.B = [(nd, cd, r.b * v) for (nd, cd), v in drive.B.items()] if r.b else []
         self._explicit: dict[int, list[tuple[int, int, float]]] = {}
@@ -338,11 +359,11 @@ class _LieOps:
             ops = self._explicit[i] = []
             w = self.rates.w
             if w:
-                gi = float(self.g[i])
-                ops += [(nd, cd, w * gi * v) for (nd, cd), v in self.drive.E.get(i, {}).items()]
+                gi = g_unit(i)
+                ops += [(nd, cd + gi, w * v) for (nd, cd), v in self.drive.E.get(i, {}).items()]
                 wi = unit("w", i)
                 for k, Rk in self.drive.R.items():
-                    ops += [(nd, cd + wi, w * gi * gi**k * v) for (nd, cd), v in Rk.items()]
+                    ops += [(nd, cd + wi + (1 + k) * gi, w * v) for (nd, cd), v in Rk.items()]
         return ops
 
     def radial(self, l: int) -> list[tuple[int, int, float]]:
@@ -353,9 +374,8 @@ class _LieOps:
             w = self.rates.w
             if w:
                 for i, Ei in self.drive.E.items():
-                    gi = float(self.g[i])
-                    wi = unit("w", i)
-                    ops += [(nd, cd + wi, w * gi * gi**l * v) for (nd, cd), v in Ei.items()]
+                    wi = unit("w", i) + (1 + l) * g_unit(i)
+                    ops += [(nd, cd + wi, w * v) for (nd, cd), v in Ei.items()]
                 for k, Rk in self.drive.R.items():
                     pk = unit("P", k + l + 1)
                     ops += [(nd, cd + pk, w * v) for (nd, cd), v in Rk.items()]

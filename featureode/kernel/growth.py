@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
 from typing import Any, Sequence
@@ -31,6 +32,8 @@ from featureode.kernel.algebra import (
     Scalar,
     Vector,
     fields,
+    g_mask,
+    g_unit,
     odd_mask,
     slot_kinds,
     times_code,
@@ -40,7 +43,7 @@ from featureode.kernel.averagers import _finite_means, _mean_table
 from featureode.kernel.initlaw import Gamma, QLaw
 from featureode.kernel.network import Network
 
-__all__ = ["Rates", "Vector", "Algebra", "Averager", "GrowthError", "readout_moment"]
+__all__ = ["Rates", "Vector", "Algebra", "Averager", "Recorder", "Recorded", "GrowthError", "readout_moment"]
 
 
 def readout_moment(parametrization: object, n: int) -> float:
@@ -301,23 +304,17 @@ def _moment_program(ks_list: tuple[tuple[int, ...], ...]
     return tuple(code[1]), program, n_cum + code[2][0], tuple(reg(n) for n in outs)
 
 
-class Averager:
-    """``E[·]`` of scalars over the init law of a :class:`~featureode.kernel.network.Network` (module docstring), in
-    two phases: :meth:`request` records what an average needs (integrals ``E[ŵ^{2γ} Π P_k Π m_j]`` with their
-    coefficients), :meth:`evaluate` computes every recorded average at once — each tilted law of ``|ŵ|²`` once,
-    each ``E_b[Π m_j]`` once (products built along their common prefixes), one matrix product between them."""
+class Recorder:
+    """The recording half of :class:`Averager`: what each requested average ``E[F]`` needs, as integrals
+    ``E[ŵ^{2γ} Π P_k Π m_j]`` times coefficients ``c Π g_i^{e_i}`` (``E[a^n]`` from ``moments`` folded into ``c``,
+    the powers of the ``g_i`` kept as code fields, :mod:`featureode.kernel.algebra`). It does not depend on the
+    spectrum, the activation or the bias: :meth:`freeze` makes a :class:`Recorded` that :meth:`Averager.evaluate`
+    evaluates for any network with these readout moments."""
 
-    def __init__(self, net: Network):
-        self.net = net
-        self.law = net.q_law
-        self.table = _mean_table(net.activation, net.bias_rule, self.law.grid.y0, net.step)
-        self.tilted = _TiltedLaws(self.law)
-        self._moments = {n: readout_moment(net.parametrization, n) for n in range(0, 13)}
-        self._order = net.activation.classical_order
-        self._requests: list[dict[int, float]] = []   # per handle: code of ŵ^{2γ} Π P_k Π m_j -> coefficient
-        self._singular: dict = {}
+    def __init__(self, moments: "dict[int, float]"):
+        self._moments = dict(moments)
+        self._requests: list[dict[int, float]] = []   # per handle: code of ŵ^{2γ} Π P_k Π m_j Π g_i -> coefficient
 
-    # recording ---------------------------------------------------------------------------------------------------
     def _record(self, acc: dict, F: Scalar, factor: float = 1.0) -> None:
         odd = odd_mask()
         for (na, code), c in F.items():
@@ -352,7 +349,7 @@ class Averager:
                     acc[code] = get(code, 0.0) + fc * c2 * ea
 
     def request(self, F: Scalar) -> int:
-        """Record ``E[F]``; returns its handle for :meth:`evaluate`."""
+        """Record ``E[F]``; returns its handle (its row in :meth:`Averager.evaluate`'s result)."""
         acc: dict = {}
         self._record(acc, F)
         self._requests.append(acc)
@@ -369,14 +366,14 @@ class Averager:
         if r.w:
             acc = parts["weights"]
             for i in set(G.E) | set(H.E):
-                gi = float(alg.g[i])
+                gi = g_unit(i)
                 if i in G.E and i in H.E:
-                    self._record_product(acc, G.E[i], H.E[i], r.w * gi)
-                wi = unit("w", i)
+                    self._record_product(acc, times_code(G.E[i], gi), H.E[i], r.w)
+                wi = unit("w", i) + gi
                 if i in G.E and H.R:
-                    self._record_product(acc, times_code(G.E[i], wi), alg._radial_at(H.R, gi), r.w * gi)
+                    self._record_product(acc, times_code(G.E[i], wi), alg.radial_at(H.R, i), r.w)
                 if i in H.E and G.R:
-                    self._record_product(acc, times_code(H.E[i], wi), alg._radial_at(G.R, gi), r.w * gi)
+                    self._record_product(acc, times_code(H.E[i], wi), alg.radial_at(G.R, i), r.w)
             for k, Gk in G.R.items():
                 for l, Hl in H.R.items():
                     self._record_product(acc, times_code(Gk, unit("P", k + l + 1)), Hl, r.w)
@@ -385,6 +382,109 @@ class Averager:
             self._requests.append(acc)
             out[name] = len(self._requests) - 1
         return out
+
+    def freeze(self) -> "Recorded":
+        """Everything recorded so far as a :class:`Recorded` (the record is then cleared)."""
+        reqs, self._requests = self._requests, []
+        entries = list(chain.from_iterable(reqs))                 # the codes of every request, request by request
+        coef = np.fromiter(chain.from_iterable(acc.values() for acc in reqs), dtype=float, count=len(entries))
+        req = np.repeat(np.arange(len(reqs)), [len(acc) for acc in reqs])
+        # the factor Π g_i^{e_i} apart: its exponents per distinct code, then the code without it
+        full = list(dict.fromkeys(entries))
+        gm = g_mask()
+        n_slots = len(slot_kinds())
+        gcols = [n for n, (kind, _) in enumerate(slot_kinds()) if kind == "g"]
+        exps = fields(full, n_slots)[:, gcols] if full and gcols else np.zeros((len(full), 0), dtype=np.uint16)
+        used = np.flatnonzero(exps.any(axis=0)) if exps.size else np.zeros(0, dtype=np.intp)
+        gcols = [gcols[n] for n in used]        # the directions whose g_i this record holds (slots are process-wide)
+        if full and gcols:
+            monos, full_mono = np.unique(exps[:, used], axis=0, return_inverse=True)
+        else:   # no factor g_i anywhere: one monomial, 1
+            monos, full_mono = np.zeros((1, len(gcols)), dtype=np.uint16), np.zeros(len(full), dtype=np.intp)
+        stripped = [c & ~gm for c in full]
+        codes = list(dict.fromkeys(stripped))
+        index = dict(zip(codes, range(len(codes))))
+        full_code = np.fromiter(map(index.__getitem__, stripped), dtype=np.intp, count=len(full))
+        at = dict(zip(full, range(len(full))))
+        entry_full = np.fromiter(map(at.__getitem__, entries), dtype=np.intp, count=len(entries))
+        groups, ms_list, key_group, key_ms = _decode(codes)
+        return Recorded(len(reqs), req, coef, np.array([slot_kinds()[n][1] for n in gcols], dtype=np.intp),
+                        monos.astype(float), full_mono.ravel()[entry_full], full_code[entry_full], groups, ms_list,
+                        key_group, key_ms)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A frozen record of :class:`Recorder` (spectrum-independent): per *entry* (a term of a request) its request
+    ``req``, its coefficient ``coef`` without the factor ``Π_i g_i^{e_i}``, that factor as a row ``mono`` of
+    ``monos`` (exponents on the directions ``g_dirs``), and its average ``E[ŵ^{2γ} Π P_k Π m_j]`` as ``code``, an
+    index into the decoded averages: the group ``groups[key_group[code]] = (γ, K)`` (one law of ``|ŵ|²``) and the
+    multiset ``ms_list[key_ms[code]] = J`` (one ``E_b[Π m_j]``)."""
+
+    n_requests: int
+    req: np.ndarray
+    coef: np.ndarray
+    g_dirs: np.ndarray
+    monos: np.ndarray
+    mono: np.ndarray
+    code: np.ndarray
+    groups: list
+    ms_list: list
+    key_group: np.ndarray
+    key_ms: np.ndarray
+
+
+def _decode(codes: list[int]) -> tuple[list[tuple[Gamma, tuple[int, ...]]], list[tuple[int, ...]], np.ndarray,
+                                       np.ndarray]:
+    """The averages behind ``codes`` (without ``g`` fields): the groups ``(γ, K)`` (one law of ``|ŵ|²`` each), the
+    multisets ``J`` of m orders (one ``E_b[Π m_j]`` each), and per code the index of its group and of its ``J``."""
+    slots = slot_kinds() + [("P", -1)]                       # a last field that is 0: never an empty selection
+    table = np.zeros((len(codes), len(slots)), dtype=np.uint16)
+    table[:, :-1] = fields(codes, len(slots) - 1)
+    on_law = [n for n, (kind, _) in enumerate(slots) if kind in ("w", "P")]
+    on_b = [n for n, (kind, _) in enumerate(slots) if kind == "m"] + [len(slots) - 1]
+
+    def unique_rows(cols: list[int]) -> tuple[list[list[int]], np.ndarray]:
+        block = np.ascontiguousarray(table[:, cols])
+        _, first, inverse = np.unique(block.view(np.dtype((np.void, 2 * len(cols)))).ravel(), return_index=True,
+                                      return_inverse=True)
+        return block[first].tolist(), inverse.ravel()
+
+    def multiset(row: list[int], cols: list[int], kind: str) -> tuple[int, ...]:
+        return tuple(sorted(v for n, c in zip(cols, row) if c and slots[n][0] == kind for v in [slots[n][1]] * c))
+
+    law_rows, key_group = unique_rows(on_law)
+    b_rows, key_ms = unique_rows(on_b)
+    groups = [(tuple(sorted((slots[n][1], c // 2) for n, c in zip(on_law, row) if c and slots[n][0] == "w")),
+               multiset(row, on_law, "P")) for row in law_rows]
+    return groups, [multiset(row, on_b, "m") for row in b_rows], key_group, key_ms
+
+
+class Averager:
+    """``E[·]`` of scalars over the init law of a :class:`~featureode.kernel.network.Network` (module docstring), in
+    two phases: :meth:`request` records what an average needs (integrals ``E[ŵ^{2γ} Π P_k Π m_j]`` with their
+    coefficients, by a :class:`Recorder`), :meth:`evaluate` computes every recorded average at once — each tilted
+    law of ``|ŵ|²`` once, each ``E_b[Π m_j]`` once (products built along their common prefixes), one matrix product
+    between them. A record does not depend on the spectrum: :meth:`evaluate` also takes one made elsewhere."""
+
+    def __init__(self, net: Network):
+        self.net = net
+        self.law = net.q_law
+        self.table = _mean_table(net.activation, net.bias_rule, self.law.grid.y0, net.step)
+        self.tilted = _TiltedLaws(self.law)
+        self.moments = {n: readout_moment(net.parametrization, n) for n in range(0, 13)}
+        self._order = net.activation.classical_order
+        self.recorder = Recorder(self.moments)
+        self._singular: dict = {}
+
+    # recording ---------------------------------------------------------------------------------------------------
+    def request(self, F: Scalar) -> int:
+        """Record ``E[F]``; returns its handle for :meth:`evaluate`."""
+        return self.recorder.request(F)
+
+    def request_dot(self, alg: Algebra, G: Vector, H: Vector) -> dict[str, int]:
+        """Record ``E[⟨G, H⟩_P]`` by part (``"readout"``, ``"weights"``, ``"bias"``); returns their handles."""
+        return self.recorder.request_dot(alg, G, H)
 
     # evaluation --------------------------------------------------------------------------------------------------
     def singular_power(self, ms: tuple[int, ...]) -> int:
@@ -427,42 +527,18 @@ class Averager:
             vals = np.sum(prod * wb, axis=1)
         return np.where(np.isfinite(vals), vals, 0.0)
 
-    @staticmethod
-    def _decode(codes: list[int]) -> tuple[list[tuple[Gamma, tuple[int, ...]]], list[tuple[int, ...]], np.ndarray,
-                                           np.ndarray]:
-        """The averages behind ``codes``: the groups ``(γ, K)`` (one law of ``|ŵ|²`` each), the multisets ``J`` of m
-        orders (one ``E_b[Π m_j]`` each), and per code the index of its group and of its ``J``."""
-        slots = slot_kinds() + [("P", -1)]                       # a last field that is 0: never an empty selection
-        table = np.zeros((len(codes), len(slots)), dtype=np.uint16)
-        table[:, :-1] = fields(codes, len(slots) - 1)
-        on_law = [n for n, (kind, _) in enumerate(slots) if kind != "m"]
-        on_b = [n for n, (kind, _) in enumerate(slots) if kind == "m"] + [len(slots) - 1]
-
-        def unique_rows(cols: list[int]) -> tuple[list[list[int]], np.ndarray]:
-            block = np.ascontiguousarray(table[:, cols])
-            _, first, inverse = np.unique(block.view(np.dtype((np.void, 2 * len(cols)))).ravel(), return_index=True,
-                                          return_inverse=True)
-            return block[first].tolist(), inverse.ravel()
-
-        def multiset(row: list[int], cols: list[int], kind: str) -> tuple[int, ...]:
-            return tuple(sorted(v for n, c in zip(cols, row) if c and slots[n][0] == kind for v in [slots[n][1]] * c))
-
-        law_rows, key_group = unique_rows(on_law)
-        b_rows, key_ms = unique_rows(on_b)
-        groups = [(tuple(sorted((slots[n][1], c // 2) for n, c in zip(on_law, row) if c and slots[n][0] == "w")),
-                   multiset(row, on_law, "P")) for row in law_rows]
-        return groups, [multiset(row, on_b, "m") for row in b_rows], key_group, key_ms
-
-    def evaluate(self) -> np.ndarray:
-        """Every recorded average, in the order of their handles (the record is then cleared)."""
-        reqs, self._requests = self._requests, []
-        entries = list(chain.from_iterable(reqs))                 # the codes of every request, request by request
-        coef = np.fromiter(chain.from_iterable(acc.values() for acc in reqs), dtype=float, count=len(entries))
-        req = np.repeat(np.arange(len(reqs)), [len(acc) for acc in reqs])
-        codes = list(dict.fromkeys(entries))
-        index = dict(zip(codes, range(len(codes))))
-        entry = np.fromiter(map(index.__getitem__, entries), dtype=np.intp, count=len(entries))
-        groups, ms_list, key_group, key_ms = self._decode(codes)
+    def evaluate(self, recorded: "Recorded | None" = None) -> np.ndarray:
+        """Every average of ``recorded`` (default: what :meth:`request` recorded, then cleared), in the order of
+        their handles, for this network."""
+        rec = self.recorder.freeze() if recorded is None else recorded
+        if rec.g_dirs.size and np.any(rec.g_dirs >= self.net.dim):
+            raise GrowthError(f"the record names direction {int(rec.g_dirs.max())}, beyond this network's "
+                              f"dimension d = {self.net.dim}")
+        g = np.asarray(self.net.g, dtype=float)
+        gfac = np.prod(g[rec.g_dirs][None, :] ** rec.monos, axis=1)   # per monomial Π_i g_i^{e_i}
+        coef = rec.coef * gfac[rec.mono]
+        req, entry = rec.req, rec.code
+        groups, ms_list, key_group, key_ms = rec.groups, rec.ms_list, rec.key_group, rec.key_ms
         # per group the largest singular power of its E_b[Π m_j] (the law is discretised for the most singular)
         sing = np.array([self.singular_power(ms) for ms in ms_list], dtype=np.intp)
         e_group = np.zeros(len(groups), dtype=np.intp)
@@ -518,4 +594,4 @@ class Averager:
         for gid, (ms_mass, wq, Qg) in off_grid.items():
             for n in members(gid):
                 vals[gid, n] = ms_mass * float(np.sum(wq * self._F_at(ms_list[n], Qg)))
-        return np.bincount(req, weights=coef * vals[key_group[entry], key_ms[entry]], minlength=len(reqs))
+        return np.bincount(req, weights=coef * vals[key_group[entry], key_ms[entry]], minlength=rec.n_requests)

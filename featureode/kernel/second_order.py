@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from featureode.calculus.hermite import Mode
-from featureode.kernel.growth import Algebra, Averager, GrowthError, Rates
+from featureode.kernel.growth import Algebra, Averager, GrowthError, Rates, Recorded, Recorder
 from featureode.kernel.network import Network
 from featureode.kernel.parametrization import PARTS
 
@@ -83,6 +83,43 @@ def _without_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass(frozen=True)
+class _Trace:
+    """The recorded averages of the constants of one mode set (:class:`~featureode.kernel.growth.Recorded`) and the
+    handles of ``λ_β``, ``U``, ``V``, ``T`` into them (per part)."""
+
+    recorded: Recorded
+    lam: dict
+    U: dict
+    V: dict
+    T: dict
+
+
+@lru_cache(maxsize=8)
+def _trace(modes: tuple[Mode, ...], drivers: tuple[int, ...], rates: Rates, quartic: bool,
+           moments: tuple[tuple[int, float], ...]) -> _Trace:
+    """The flow algebra of ``modes`` driven by ``drivers`` and the averages it asks for, recorded once for every
+    spectrum, activation and bias (the ``g_i`` are fields of the algebra's codes; only the readout moments
+    ``moments`` enter): a sweep over spectra traces its mode set once."""
+    alg, rec = Algebra(rates), Recorder(dict(moments))
+    drive = {k: alg.phi_gradient(modes[k]) for k in drivers}
+    h_lam, h_U, h_V, h_T = {}, {}, {}, {}
+    for row, beta in enumerate(modes):
+        u0 = alg.phi_gradient(beta)
+        h_lam[row] = rec.request_dot(alg, u0, u0)
+        u1 = {k: alg.lie_vector(drive[k], u0) for k in drivers}
+        u2 = {k: alg.lie_vector(drive[k], u1[k]) for k in drivers}
+        for k in drivers:
+            h_V[row, k] = rec.request_dot(alg, u0, u2[k])
+            for k2 in drivers:
+                if k2 < k or not _same_parity(modes[k], modes[k2]):
+                    continue
+                h_U[row, k, k2] = rec.request_dot(alg, u1[k], u1[k2])
+                if quartic:
+                    h_T[row, k, k2] = rec.request_dot(alg, u2[k], u2[k2])
+    return _Trace(rec.freeze(), h_lam, h_U, h_V, h_T)
+
+
 def network_second_order(net: Network, modes: Sequence[Mode], drivers: Sequence[int] | None = None, *,
                          rates: Rates = Rates(), quartic: bool = False) -> SecondOrder:
     """The constants of the module docstring for ``net`` on ``modes``, driven by ``drivers`` (indices into
@@ -97,23 +134,10 @@ def _network_second_order(net: Network, modes: Sequence[Mode], drivers: Sequence
     modes = list(modes)
     drivers = tuple(range(len(modes))) if drivers is None else tuple(int(k) for k in drivers)
     M = len(modes)
-    alg, avg = Algebra(net.g, rates), Averager(net)
-    drive = {k: alg.phi_gradient(modes[k]) for k in drivers}
-    h_lam, h_U, h_V, h_T = {}, {}, {}, {}
-    for row, beta in enumerate(modes):
-        u0 = alg.phi_gradient(beta)
-        h_lam[row] = avg.request_dot(alg, u0, u0)
-        u1 = {k: alg.lie_vector(drive[k], u0) for k in drivers}
-        u2 = {k: alg.lie_vector(drive[k], u1[k]) for k in drivers}
-        for k in drivers:
-            h_V[row, k] = avg.request_dot(alg, u0, u2[k])
-            for k2 in drivers:
-                if k2 < k or not _same_parity(modes[k], modes[k2]):
-                    continue
-                h_U[row, k, k2] = avg.request_dot(alg, u1[k], u1[k2])
-                if quartic:
-                    h_T[row, k, k2] = avg.request_dot(alg, u2[k], u2[k2])
-    vals = avg.evaluate()
+    avg = Averager(net)
+    trace = _trace(tuple(modes), drivers, rates, quartic, tuple(sorted(avg.moments.items())))
+    h_lam, h_U, h_V, h_T = trace.lam, trace.U, trace.V, trace.T
+    vals = avg.evaluate(trace.recorded)
 
     def part(h: dict[str, int]) -> dict[str, float]:
         return {p: float(vals[h[p]]) for p in PARTS}
