@@ -197,3 +197,29 @@ def test_backend_choice_is_fixed_per_process_and_a_bad_override_is_refused(monke
     assert L.backend("_talbot_densities") == "numpy"            # ... and this one keeps its backend
     monkeypatch.setattr(L, "_CHOSEN", {})                        # a new process
     assert L.backend("_talbot_densities") == "numba"
+
+
+@pytest.mark.parametrize("d", [3, 16, 64, 200])
+def test_contour_factors_equal_the_log_sum_in_extended_precision(d):
+    # Π_i (1 + 2 z g_i)^{-1/2} by a running product with counted half-turns (initlaw._contour_factors) against the
+    # principal-branch sum exp(−½ Σ_i log(1 + 2 z g_i)) in long double, on the Talbot contour of the Q grid (arguments
+    # from 0 to nearly π, |z| up to ~1e26, so the product winds many half-turns and is rescaled), and the P factor
+    # Σ_i h_i g_i / (1 + 2 z g_i)
+    from featureode.kernel.initlaw import _contour_factors
+
+    g = np.asarray(_spectrum(d, 1.1))
+    h = g * np.linspace(0.5, 2.0, d)
+    law = QLaw(tuple(g))
+    z = law.z[:: max(1, law.z.shape[0] // 300)]
+    base, psum = _contour_factors(z, g, h)
+    zl = z.astype(np.clongdouble)
+    ref = np.exp(sum(-0.5 * np.log(1 + 2 * np.longdouble(gi) * zl) for gi in g))
+    pref = sum(np.longdouble(hi * gi) / (1 + 2 * np.longdouble(gi) * zl) for gi, hi in zip(g, h))
+    ok = np.abs(ref) > 1e-300   # below: long double resolves what float64 flushes to 0 (small Q, large d)
+    assert ok.sum() > 1000
+    assert np.all(np.abs(base[~ok]) < 1e-290)
+    rel = np.abs(base[ok] - ref[ok].astype(complex)) / np.abs(ref[ok].astype(complex))
+    assert rel.max() < 1e-12 * d, rel.max()
+    np.testing.assert_allclose(psum, pref.astype(complex), rtol=1e-13)
+    half_turns = np.abs(sum(np.angle(1 + 2 * gi * z) for gi in g)) / math.pi
+    assert half_turns[ok].max() > 2   # the product did wind past the branch cut
