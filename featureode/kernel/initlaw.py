@@ -169,8 +169,10 @@ class QLaw:
             return
         z, Q = self.z[todo], self.Q[todo]
         kern = (self._r[todo] / self.talbot)[:, None] * self._coef[None, :] * np.exp(Q[:, None] * z)
+        from featureode.kernel.loops import contour_factors
+
         with np.errstate(all="ignore"):
-            base, self._p_base[todo] = _contour_factors(z, self.g, self.h)
+            base, self._p_base[todo] = contour_factors(np.ascontiguousarray(z), self.g, self.h)
             self._base[todo] = kern * base
         self._ready[todo] = True
 
@@ -286,39 +288,6 @@ class QLaw:
                 nodes, weights = gauss_rule(tuple(self.g), gamma, wt, self.N_GAUSS, h)
                 out = Measure(float(mass[n]), nodes, weights, None)
             self._measures[(gamma, wt)] = (low, out)
-
-
-def _contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``Π_i (1 + 2 z g_i)^{−1/2}`` (principal roots) and ``Σ_i h_i g_i/(1 + 2 z g_i)`` for ``z`` in the closed upper
-    half-plane, ``g_i > 0``. The product without a logarithm per factor: every factor has its argument in
-    ``[0, π)``, so the argument ``θ`` of the running product grows by less than a half-turn per factor and its
-    half-turns are counted by the sign changes of the product's imaginary part; then
-    ``Π_i (…)^{−1/2} = |p|^{−1/2} e^{−iθ/2}`` with ``θ = arg p + (half-turns)·π`` (the sum of the factors' principal
-    arguments, as ``exp(−½ Σ_i log(1 + 2 z g_i))`` has it; ~3× closer to an extended-precision reference than that
-    sum, and ~5× faster). The product is rescaled every four factors once above 1e60 (a factor is at most ~1e27 on
-    the grid: ``|z| ≤ 230/Q``, ``Q ≥ 1e-24 Σ_i g_i``), its scale kept as a logarithm."""
-    p = np.ones(z.shape, dtype=complex)
-    p_sum = np.zeros(z.shape, dtype=complex)
-    turns = np.zeros(z.shape)
-    negative = np.zeros(z.shape, dtype=bool)
-    log_scale = np.zeros(z.shape)
-    for n, (gi, hi) in enumerate(zip(g, h)):
-        one = 1 + 2 * gi * z
-        p *= one
-        p_sum += hi * gi / one
-        now = p.imag < 0
-        turns += now != negative
-        negative = now
-        if n % 4 == 3:
-            size = np.abs(p)
-            big = size > 1e60
-            if big.any():
-                log_scale[big] += np.log(size[big])
-                p[big] /= size[big]
-    a = np.angle(p)   # in (−π, π]: θ − a is an even number of half-turns
-    odd = turns % 2 == 1
-    theta = a + np.where(odd, np.where(a > 0, turns - 1, turns + 1), turns) * math.pi
-    return np.exp(-0.5 * (np.log(np.abs(p)) + log_scale) - 0.5j * theta), p_sum
 
 
 @lru_cache(maxsize=8)   # a QLaw holds ~1–15 MB (contour arrays and per-direction powers)

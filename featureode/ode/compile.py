@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -581,12 +582,23 @@ def _numba_version() -> str:
         return "none"
 
 
+_STAMPS: dict[tuple[int, str], tuple[ode.System, Path]] = {}
+
+
 def _ready_stamp(system: ode.System) -> Path:
     """The file that says the numba machine code of ``system``'s integrator is in numba's cache (written after its
-    first compiled run, per numba version)."""
+    first compiled run, per numba version); its path kept per system object and cache folder setting (a solve
+    asks three times)."""
     from featureode.core.cache import cache_dir
 
-    return cache_dir() / f"numba_{_key(system, 'numba')}.ready-{_numba_version()}"
+    where = os.environ.get("FEATUREODE_CACHE_DIR", "")
+    hit = _STAMPS.get((id(system), where))
+    if hit is None or hit[0] is not system:
+        hit = _STAMPS[(id(system), where)] = (system, cache_dir() / f"numba_{_key(system, 'numba')}.ready-"
+                                                                 f"{_numba_version()}")
+        while len(_STAMPS) > 256:
+            _STAMPS.pop(next(iter(_STAMPS)))
+    return hit[1]
 
 
 _READY: set[str] = set()
@@ -621,6 +633,7 @@ def mark_numba_ready(system: ode.System) -> None:
     """Record that ``system``'s compiled integrator has run (its machine code is now in numba's cache)."""
     if not numba_ready(system):
         stamp = _ready_stamp(system)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text("")
         _READY.add(str(stamp))
 
