@@ -17,6 +17,7 @@ here too.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -97,7 +98,6 @@ class _TiltedLaws:
         self._sums: dict[tuple[int, int], tuple[int, int, np.ndarray]] = {}   # (e, n) -> rows lo, hi, sums
         self._cache: dict[tuple[Gamma, tuple[int, ...], int], tuple[float, np.ndarray, np.ndarray]] = {}
         self._gpow: dict = {}    # e -> (Σ_i g_i^e, g^e)
-        self._exact: dict = {}   # γ -> (memo of its moments Σ_π Π_B κ_B(0), shared by every K; its κ_B(0))
         self._inverse: "tuple[int, int, list[np.ndarray]] | None" = None   # rows lo, hi, (1 + 2 z g_i)^{-n}
 
     def _contour_sum(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
@@ -129,28 +129,25 @@ class _TiltedLaws:
             powers.append(powers[-1] * powers[1])
         return powers[n][:, lo - have[0]: hi - have[0]]
 
-    def _exact_factor(self, gamma: Gamma, ks: tuple[int, ...]) -> float:
-        """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``), by the moment–cumulant recursion
-        ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)``."""
-        have = self._exact.get(gamma)
-        if have is None:
-            k0: dict[tuple[int, int], float] = {}
-            g = self.law.g
-
-            def kappa0(n: int, s: int) -> float:
-                val = k0.get((n, s))
-                if val is None:
-                    e = n + s
-                    pw = self._gpow.get(e)
-                    if pw is None:
-                        arr = g**e
-                        pw = self._gpow[e] = (float(np.sum(arr)), arr)
-                    val = k0[(n, s)] = math.factorial(n - 1) * 2 ** (n - 1) * (pw[0] + sum(2 * k * pw[1][i]
-                                                                                        for i, k in gamma))
-                return val
-
-            have = self._exact[gamma] = ({}, kappa0)
-        return _moment(tuple(sorted(ks)), have[1], have[0], 1.0)
+    def _exact_factors(self, gamma: Gamma, ks_list: "list[tuple[int, ...]]") -> list[float]:
+        """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``) of each sorted ``K`` of ``ks_list``: the
+        moment–cumulant recursion ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)`` as the traced program of
+        :func:`_moment_program` (shared sub-moments once), run on the numbers ``κ_B(0)`` of this γ and spectrum."""
+        wanted = tuple(dict.fromkeys(ks for ks in ks_list if ks))
+        cumulants, program, n_reg, outs = _moment_program(wanted)
+        g = self.law.g
+        reg = [0.0] * n_reg
+        for n, (size, s_) in enumerate(cumulants):
+            e = size + s_
+            pw = self._gpow.get(e)
+            if pw is None:
+                arr = g**e
+                pw = self._gpow[e] = (float(np.sum(arr)), arr)
+            reg[n] = math.factorial(size - 1) * 2 ** (size - 1) * (pw[0] + sum(2 * k * pw[1][i] for i, k in gamma))
+        for op, d, a, b in program:
+            reg[d] = reg[a] * reg[b] if op == 0 else reg[a] + reg[b]
+        value = dict(zip(wanted, (reg[r] for r in outs)))
+        return [value[ks] if ks else 1.0 for ks in ks_list]
 
     def measures(self, gamma: Gamma, wanted: Sequence[tuple[tuple[int, ...], float]]
                  ) -> list[tuple[float, np.ndarray, np.ndarray]]:
@@ -170,15 +167,22 @@ class _TiltedLaws:
         todo: dict[Gamma, list] = {}
         for gamma, wanted in requests.items():
             base_mean, var = law.sums(gamma, 1), 2 * law.sums(gamma, 2)
+            missing = []
             for n, (ks, power) in enumerate(wanted):
                 lo = law._first_row(power)
                 hit = self._cache.get((gamma, ks, lo))
-                if hit is not None:
+                if hit is None:
+                    missing.append((n, ks, lo))
+                else:
                     out[gamma][n] = hit
-                    continue
-                factor0 = self._exact_factor(gamma, ks)
-                mean = self._exact_factor(gamma, ks + (0,)) / factor0
-                second = self._exact_factor(gamma, ks + (0, 0)) / factor0
+            if not missing:
+                continue
+            # per K its mass, mean and second moment relative to M_γ: m(K), m(K + {0}), m(K + {0, 0})
+            exact = self._exact_factors(gamma, [tuple(sorted(ks + extra)) for _, ks, _ in missing
+                                                for extra in ((), (0,), (0, 0))])
+            for j, (n, ks, lo) in enumerate(missing):
+                factor0 = exact[3 * j]
+                mean, second = exact[3 * j + 1] / factor0, exact[3 * j + 2] / factor0
                 cut = max(mean, base_mean) + 12 * math.sqrt(max(second - mean**2, var)) + 80 * law._top
                 hi = max(lo, int(np.searchsorted(law.Q, cut, side="right")))
                 todo.setdefault(gamma, []).append((n, ks, lo, hi, factor0, mean, second))
@@ -460,6 +464,10 @@ def _decode(codes: list[int]) -> tuple[list[tuple[Gamma, tuple[int, ...]]], list
     return groups, [multiset(row, on_b, "m") for row in b_rows], key_group, key_ms
 
 
+#: per activation and sign of σ_b: multiset of m orders -> singular power (:meth:`Averager.singular_power`)
+_SINGULAR: "weakref.WeakKeyDictionary[Any, dict[bool, dict[tuple[int, ...], int]]]" = weakref.WeakKeyDictionary()
+
+
 class Averager:
     """``E[·]`` of scalars over the init law of a :class:`~featureode.kernel.network.Network` (module docstring), in
     two phases: :meth:`request` records what an average needs (integrals ``E[ŵ^{2γ} Π P_k Π m_j]`` with their
@@ -475,7 +483,7 @@ class Averager:
         self.moments = {n: readout_moment(net.parametrization, n) for n in range(0, 13)}
         self._order = net.activation.classical_order
         self.recorder = Recorder(self.moments)
-        self._singular: dict = {}
+        self._singular: dict = _SINGULAR.setdefault(net.activation, {}).setdefault(net.bias_std > 0, {})
 
     # recording ---------------------------------------------------------------------------------------------------
     def request(self, F: Scalar) -> int:
@@ -488,7 +496,8 @@ class Averager:
 
     # evaluation --------------------------------------------------------------------------------------------------
     def singular_power(self, ms: tuple[int, ...]) -> int:
-        """``e`` of :meth:`_singular_power` (memoised per multiset)."""
+        """``e`` of :meth:`_singular_power` (memoised per multiset, for every network of this activation and sign
+        of σ_b: it depends on nothing else)."""
         e = self._singular.get(ms)
         if e is None:
             e = self._singular[ms] = self._singular_power(ms)

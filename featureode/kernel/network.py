@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -119,5 +119,11 @@ class Network:
 
     def key(self) -> tuple:
         """What the init kernel depends on (two networks with equal keys have equal kernels)."""
-        return (self.activation.name, str(self.activation.expr), self.g_key, self.bias_std,
+        return (self.activation.name, _expr_text(self.activation), self.g_key, self.bias_std,
                 self.parametrization.name, self.readout_variance, self.step)
+
+
+@lru_cache(maxsize=64)
+def _expr_text(activation: Activation) -> str:
+    """``str(activation.expr)`` (SymPy's printer: ~0.2 ms, asked for every kernel), kept per activation object."""
+    return str(activation.expr)
