@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections import OrderedDict
 from functools import lru_cache
 from itertools import chain
@@ -159,6 +160,11 @@ class ClosedMeanTable:
         return vals
 
 
+#: per activation and (σ_b > 0, d): integral key -> its singular power (:func:`check_integrable`, which depends on
+#: nothing else; an integral that does not exist raises there, every time it is asked for)
+_CHECKED: "weakref.WeakKeyDictionary[Activation, dict]" = weakref.WeakKeyDictionary()
+
+
 @lru_cache(maxsize=8)
 def _closed_table(act: Activation, bias_std: float, tilt: float, grid: QGrid) -> ClosedMeanTable:
     return ClosedMeanTable(act, bias_std, tilt, grid)
@@ -200,39 +206,54 @@ class QuadratureAverager:
         matrix (a row per measure and singular power) and an ``F`` matrix (a row per ``(j, k)``)."""
         wanted: dict[tuple[Gamma, bool, int, int], int] = {}
         act, sb, dim = self.net.activation, self.net.bias_std, self.net.dim
+        checked = _CHECKED.setdefault(act, {}).setdefault((sb > 0, dim), {})   # key -> singular power
         for t in terms:
             j, k = (t.j, t.k) if t.j <= t.k else (t.k, t.j)
             key = (t.gamma, t.weighted, j, k)
             if key not in self._integrals and key not in wanted:
-                wanted[key] = check_integrable(act, sb, dim, Term("", 1.0, t.gamma, t.weighted, j, k))
+                e = checked.get(key)
+                if e is None:
+                    e = checked[key] = check_integrable(act, sb, dim, Term("", 1.0, t.gamma, t.weighted, j, k))
+                wanted[key] = e
         if not wanted:
             return
         laws = self.law.measures([(gamma, weighted, e) for (gamma, weighted, _, _), e in wanted.items()])
-        blocks: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}   # (law, e) -> row of W, w, rows
-        pairs: dict[tuple[int, int], list[int]] = {}                               # (j, k) -> its rows of W
+        block_of: dict[tuple[int, int], int] = {}                 # (law, e) -> row of W
+        block_law: list = []                                       # per row of W: its measure and e
+        block_e: list[int] = []
+        pairs: dict[tuple[int, int], list[int]] = {}                 # (j, k) -> its rows of W
         on_grid: list[tuple[tuple[Gamma, bool, int, int], float, int]] = []  # key, mass, row of W
         for (key, e), ms in zip(wanted.items(), laws):
             if ms.rows is None:   # a Gauss rule: F at its nodes
                 self._integrals[key] = self.factor * ms.mass * float(np.sum(ms.w * self.table.F_at(key[2], key[3],
                                                                                                      ms.Q)))
                 continue
-            block = blocks.get((id(ms), e))
-            if block is None:   # points where the weight times the bound Q^{-e/2} of F is under 1e-20 of its top
-                bound = np.abs(ms.w) * ms.Q ** (-e / 2) if e else np.abs(ms.w)
-                keep = bound > 1e-20 * bound.max()
-                block = blocks[(id(ms), e)] = (len(blocks), ms.w[keep], ms.rows[keep])
-            pairs.setdefault((key[2], key[3]), []).append(block[0])
-            on_grid.append((key, ms.mass, block[0]))
+            b = block_of.get((id(ms), e))
+            if b is None:
+                b = block_of[(id(ms), e)] = len(block_law)
+                block_law.append(ms)
+                block_e.append(e)
+            pairs.setdefault((key[2], key[3]), []).append(b)
+            on_grid.append((key, ms.mass, b))
         if not on_grid:
             return
+        # every block at once: points where the weight times the bound Q^{-e/2} of F is under 1e-20 of its top
+        which = np.repeat(np.arange(len(block_law)), [ms.rows.size for ms in block_law])
+        w_all = np.concatenate([ms.w for ms in block_law])
+        rows_all = np.concatenate([ms.rows for ms in block_law])
+        e_all = np.asarray(block_e, dtype=float)[which]
+        bound = np.where(e_all > 0, np.abs(w_all) * np.concatenate([ms.Q for ms in block_law]) ** (-e_all / 2),
+                         np.abs(w_all))
+        top = np.zeros(len(block_law))
+        np.maximum.at(top, which, bound)
+        keep = bound > 1e-20 * top[which]
+        which, w_all, rows_all = which[keep], w_all[keep], rows_all[keep]
+        kept = np.split(rows_all, np.cumsum(np.bincount(which, minlength=len(block_law)))[:-1])
+        L, H = (int(rows_all.min()), int(rows_all.max()) + 1) if rows_all.size else (0, 0)
+        W = np.zeros((len(block_law), H - L))
+        W[which, rows_all - L] = w_all
+        rows_by_block = kept
         row_of_pair = {jk: n for n, jk in enumerate(pairs)}
-        filled = [b for b in blocks.values() if b[2].size]
-        L = min((int(b[2][0]) for b in filled), default=0)
-        H = max((int(b[2][-1]) + 1 for b in filled), default=0)
-        W = np.zeros((len(blocks), H - L))
-        for n, w, rows in blocks.values():
-            W[n, rows - L] = w
-        rows_by_block = [b[2] for b in blocks.values()]
         F = np.zeros((len(pairs), H - L))
         for n, (jk, users) in enumerate(pairs.items()):   # F_{jk} on the rows its integrals weigh
             need = np.unique(np.concatenate([rows_by_block[b] for b in set(users)]))

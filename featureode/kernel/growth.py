@@ -129,25 +129,38 @@ class _TiltedLaws:
             powers.append(powers[-1] * powers[1])
         return powers[n][:, lo - have[0]: hi - have[0]]
 
-    def _exact_factors(self, gamma: Gamma, ks_list: "list[tuple[int, ...]]") -> list[float]:
-        """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``) of each sorted ``K`` of ``ks_list``: the
-        moment–cumulant recursion ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)`` as the traced program of
-        :func:`_moment_program` (shared sub-moments once), run on the numbers ``κ_B(0)`` of this γ and spectrum."""
-        wanted = tuple(dict.fromkeys(ks for ks in ks_list if ks))
-        cumulants, program, n_reg, outs = _moment_program(wanted)
+    def _exact_factors(self, jobs: "dict[Gamma, list[tuple[int, ...]]]") -> "dict[Gamma, list[float]]":
+        """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``) of each sorted ``K`` of ``jobs[γ]``, for every γ:
+        the moment–cumulant recursion ``m(K) = Σ_{B ∋ K_0} κ_B m(K∖B)`` as the traced program of
+        :func:`_moment_program` (shared sub-moments once), run once for all the γ that ask for the same list of
+        ``K`` (registers are arrays over those γ), on their numbers
+        ``κ_B(0) = (|B|−1)! 2^{|B|−1} Σ_i (2γ_i + 1) g_i^{|B| + Σ_{k∈B} k}``."""
+        by_list: dict[tuple[tuple[int, ...], ...], list[Gamma]] = {}
+        for gamma, asked in jobs.items():
+            by_list.setdefault(tuple(asked), []).append(gamma)
         g = self.law.g
-        reg = [0.0] * n_reg
-        for n, (size, s_) in enumerate(cumulants):
-            e = size + s_
-            pw = self._gpow.get(e)
-            if pw is None:
-                arr = g**e
-                pw = self._gpow[e] = (float(np.sum(arr)), arr)
-            reg[n] = math.factorial(size - 1) * 2 ** (size - 1) * (pw[0] + sum(2 * k * pw[1][i] for i, k in gamma))
-        for op, d, a, b in program:
-            reg[d] = reg[a] * reg[b] if op == 0 else reg[a] + reg[b]
-        value = dict(zip(wanted, (reg[r] for r in outs)))
-        return [value[ks] if ks else 1.0 for ks in ks_list]
+        out: dict[Gamma, list[float]] = {}
+        for ks_list, gammas in by_list.items():
+            wanted = tuple(dict.fromkeys(ks for ks in ks_list if ks))
+            cumulants, program, n_reg, outs = _moment_program(wanted)
+            twice = np.zeros((len(gammas), g.size))   # 2γ_i per γ of this list
+            for m, gamma in enumerate(gammas):
+                for i, k in gamma:
+                    twice[m, i] = 2 * k
+            reg: list = [None] * n_reg
+            for n, (size, s_) in enumerate(cumulants):
+                e = size + s_
+                pw = self._gpow.get(e)
+                if pw is None:
+                    arr = g**e
+                    pw = self._gpow[e] = (float(np.sum(arr)), arr)
+                reg[n] = math.factorial(size - 1) * 2 ** (size - 1) * (pw[0] + twice @ pw[1])
+            for op, d, a, b in program:
+                reg[d] = reg[a] * reg[b] if op == 0 else reg[a] + reg[b]
+            value = dict(zip(wanted, (reg[r] for r in outs)))
+            for m, gamma in enumerate(gammas):
+                out[gamma] = [float(value[ks][m]) if ks else 1.0 for ks in ks_list]
+        return out
 
     def measures(self, gamma: Gamma, wanted: Sequence[tuple[tuple[int, ...], float]]
                  ) -> list[tuple[float, np.ndarray, np.ndarray]]:
@@ -165,24 +178,24 @@ class _TiltedLaws:
         law = self.law
         out: dict[Gamma, list] = {gamma: [None] * len(wanted) for gamma, wanted in requests.items()}
         todo: dict[Gamma, list] = {}
+        missing: dict[Gamma, list[tuple[int, tuple[int, ...], int]]] = {}
         for gamma, wanted in requests.items():
-            base_mean, var = law.sums(gamma, 1), 2 * law.sums(gamma, 2)
-            missing = []
             for n, (ks, power) in enumerate(wanted):
                 lo = law._first_row(power)
                 hit = self._cache.get((gamma, ks, lo))
                 if hit is None:
-                    missing.append((n, ks, lo))
+                    missing.setdefault(gamma, []).append((n, ks, lo))
                 else:
                     out[gamma][n] = hit
-            if not missing:
-                continue
-            # per K its mass, mean and second moment relative to M_γ: m(K), m(K + {0}), m(K + {0, 0})
-            exact = self._exact_factors(gamma, [tuple(sorted(ks + extra)) for _, ks, _ in missing
-                                                for extra in ((), (0,), (0, 0))])
-            for j, (n, ks, lo) in enumerate(missing):
-                factor0 = exact[3 * j]
-                mean, second = exact[3 * j + 1] / factor0, exact[3 * j + 2] / factor0
+        # per K its mass, mean and second moment relative to M_γ: m(K), m(K + {0}), m(K + {0, 0})
+        exact = self._exact_factors({gamma: [tuple(sorted(ks + extra)) for _, ks, _ in asked
+                                             for extra in ((), (0,), (0, 0))] for gamma, asked in missing.items()})
+        for gamma, asked in missing.items():
+            base_mean, var = law.sums(gamma, 1), 2 * law.sums(gamma, 2)
+            values = exact[gamma]
+            for j, (n, ks, lo) in enumerate(asked):
+                factor0 = values[3 * j]
+                mean, second = values[3 * j + 1] / factor0, values[3 * j + 2] / factor0
                 cut = max(mean, base_mean) + 12 * math.sqrt(max(second - mean**2, var)) + 80 * law._top
                 hi = max(lo, int(np.searchsorted(law.Q, cut, side="right")))
                 todo.setdefault(gamma, []).append((n, ks, lo, hi, factor0, mean, second))
