@@ -72,6 +72,31 @@ def test_one_traced_algebra_serves_every_spectrum():
     assert so_mod._trace.cache_info().hits == 3
 
 
+def test_the_traced_algebra_is_kept_on_disk_and_a_damaged_entry_is_traced_again(tmp_path, monkeypatch):
+    # a later process reads the trace from the disk cache (no second trace), and gets the same constants; a damaged
+    # entry is traced again and replaced, without an error
+    from featureode.kernel import second_order as so_mod
+
+    monkeypatch.setenv("FEATUREODE_CACHE_DIR", str(tmp_path))
+    so_mod._trace.cache_clear()
+    net = Network.build("erf", G3, 0.5)
+    modes = [Mode.parse(m) for m in ("z0", "z0*z1", "h2(z1)")]
+    first = network_second_order(net, modes, [0])
+    files = list(tmp_path.glob("second_order_trace_*.pickle"))
+    assert len(files) == 1
+    so_mod._trace.cache_clear()
+    real = so_mod._traced
+    monkeypatch.setattr(so_mod, "_traced", lambda *a: pytest.fail("traced again although the disk cache has it"))
+    again = network_second_order(net, modes, [0])
+    np.testing.assert_array_equal(again.S, first.S)
+    np.testing.assert_array_equal(again.lambda0, first.lambda0)
+    files[0].write_bytes(b"not a pickle")
+    so_mod._trace.cache_clear()
+    monkeypatch.setattr(so_mod, "_traced", real)
+    np.testing.assert_array_equal(network_second_order(net, modes, [0]).S, first.S)
+    assert files[0].read_bytes() != b"not a pickle"
+
+
 def test_learning_rate_weights_enter_the_metric():
     # linear σ, one readout weight a and one direction: k = η_a ŵ² + η_w g a²; the flow rotates (a, ŵ) with
     # rapidity sqrt(η_a η_w g), and λ(D)/λ(0) = ... second order: S = 2 η_a η_w g (independent of the mix)

@@ -9,6 +9,7 @@ file or none.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +21,39 @@ def cache_dir() -> Path:
     return path
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """The one atomic writer: a temp file in the same folder (mode ``0o666 & ~umask``, as ``open`` would make it;
+    ``mkstemp`` alone gives 0600), fsynced, then renamed over ``path``. ``durable=False`` skips the fsync (≈ 1 ms on
+    a local disk, more on a network one) for files whose loss after a crash costs nothing but a recomputation: the
+    rename still makes the file appear whole or not at all to every reader, and after a power loss the file is the
+    old one, the new one or empty (which its readers refuse as unreadable)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno:   # name the file it was writing
+            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
+        raise
+
+
 def cached_text(name: str, make: Callable[[], str]) -> tuple[Path, bool]:
     """The cache entry ``name`` (a file name under :func:`cache_dir`), written from ``make()`` when absent.
 
@@ -28,7 +62,5 @@ def cached_text(name: str, make: Callable[[], str]) -> tuple[Path, bool]:
     path = cache_dir() / name
     if path.exists():
         return path, True
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(make())
-    os.replace(tmp, path)
+    atomic_bytes(path, make().encode(), durable=False)
     return path, False

@@ -24,14 +24,14 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from featureode.core.cache import atomic_bytes
 
 from featureode.core.errors import FeatureODEError
 from featureode.results.metrics import normalised
@@ -348,48 +348,15 @@ def json_ready(obj: Any) -> Any:
     raise TypeError(f"cannot write {type(obj).__name__} to JSON")
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _atomic_bytes(path: Path, data: bytes, durable: bool = True) -> None:
-    """The one atomic writer: a temp file in the same folder (mode ``0o666 & ~umask``, as ``open`` would make it;
-    ``mkstemp`` alone gives 0600), fsynced, then renamed over ``path``. ``durable=False`` skips the fsync (≈ 1 ms on
-    a local disk, more on a network one) for files whose loss after a crash costs nothing but a recomputation: the
-    rename still makes the file appear whole or not at all to every reader, and after a power loss the file is the
-    old one, the new one or empty (which its readers refuse as unreadable)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(exc, OSError) and exc.filename is None and exc.errno:   # name the file it was writing
-            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
-        raise
-
-
 def write_bytes(path: "str | Path", data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (a temp file in the same folder, then rename)."""
-    _atomic_bytes(Path(path), data)
+    atomic_bytes(Path(path), data)
 
 
 def write_text(path: "str | Path", text: str, durable: bool = True) -> None:
     """Write ``text`` to ``path`` atomically (a temp file in the same folder, then rename; ``durable``: as in
-    :func:`_atomic_bytes`)."""
-    _atomic_bytes(Path(path), text.encode(), durable)
+    :func:`featureode.core.cache.atomic_bytes`)."""
+    atomic_bytes(Path(path), text.encode(), durable)
 
 
 def _dumps(obj: Any, indent: int, level: int = 0) -> str:
@@ -408,7 +375,7 @@ def _dumps(obj: Any, indent: int, level: int = 0) -> str:
 
 def write_json(path: "str | Path", obj: Any, indent: int | None = 1, durable: bool = True) -> None:
     """Write ``obj`` as strict JSON (:func:`json_ready`) atomically: objects indented by ``indent`` (``None``: one
-    line), lists of numbers and strings on one line (``durable``: as in :func:`_atomic_bytes`)."""
+    line), lists of numbers and strings on one line (``durable``: as in :func:`featureode.core.cache.atomic_bytes`)."""
     ready = json_ready(obj)
     text = json.dumps(ready, allow_nan=False) if indent is None else _dumps(ready, indent)
     write_text(path, text, durable)
@@ -418,7 +385,7 @@ def write_npz(path: "str | Path", arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays as an ``.npz`` atomically."""
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]  # numpy's stub types **kwds as the allow_pickle flag
-    _atomic_bytes(Path(path), buf.getvalue())
+    atomic_bytes(Path(path), buf.getvalue())
 
 
 def read_json(path: "str | Path") -> Any:
