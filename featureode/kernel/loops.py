@@ -87,36 +87,47 @@ def _talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo
 def _contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray, base: np.ndarray, psum: np.ndarray) -> None:
     """``base = Π_i (1 + 2 z g_i)^{−1/2}`` (principal roots) and ``psum = Σ_i h_i g_i/(1 + 2 z g_i)`` at every point
     of ``z`` (rows × contour, closed upper half-plane, ``g_i > 0``): the running product with its half-turns counted
-    of the NumPy twin :func:`_contour_factors_numpy` (which says why it is exact), point by point."""
+    of the NumPy twin :func:`_contour_factors_numpy` (which says why it is exact), point by point in real arithmetic
+    (``1/w = conj(w)/|w|²``; the scale check on ``|Re| + |Im|``: equal to the twin to round-off)."""
     R, C = z.shape
     for r in range(R):
         for c in range(C):
-            zz = z[r, c]
-            p = 1.0 + 0.0j
-            s = 0.0j
+            zr = z[r, c].real
+            zi = z[r, c].imag
+            pr = 1.0
+            pi = 0.0
+            sr = 0.0
+            si = 0.0
             turns = 0.0
             negative = False
             log_scale = 0.0
             for n in range(g.size):
-                one = 1 + 2 * g[n] * zz
-                p = p * one
-                s = s + h[n] * g[n] / one
-                now = p.imag < 0
+                ar = 1.0 + 2.0 * g[n] * zr   # the factor 1 + 2 z g_n, in real arithmetic
+                ai = 2.0 * g[n] * zi
+                x = pr * ar - pi * ai
+                pi = pr * ai + pi * ar
+                pr = x
+                f = h[n] * g[n] / (ar * ar + ai * ai)   # h_n g_n / (1 + 2 z g_n) = f · conj(1 + 2 z g_n)
+                sr += f * ar
+                si -= f * ai
+                now = pi < 0
                 if now != negative:
                     turns += 1.0
                 negative = now
                 if n % 4 == 3:
-                    size = abs(p)
+                    size = abs(pr) + abs(pi)
                     if size > 1e60:
                         log_scale += np.log(size)
-                        p = p / size
-            a = np.arctan2(p.imag, p.real)
+                        pr /= size
+                        pi /= size
+            a = np.arctan2(pi, pr)
             k = turns
             if turns % 2 == 1:
                 k = turns - 1 if a > 0 else turns + 1
             theta = a + k * np.pi
-            base[r, c] = np.exp(complex(-0.5 * (np.log(abs(p)) + log_scale), -0.5 * theta))
-            psum[r, c] = s
+            mag = -0.5 * (np.log(np.hypot(pr, pi)) + log_scale)
+            base[r, c] = np.exp(complex(mag, -0.5 * theta))
+            psum[r, c] = complex(sr, si)
 
 
 _ANNOUNCED: set[str] = set()
