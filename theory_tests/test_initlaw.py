@@ -223,3 +223,18 @@ def test_contour_factors_equal_the_log_sum_in_extended_precision(d, loops):
     np.testing.assert_allclose(psum, pref.astype(complex), rtol=1e-13)
     half_turns = np.abs(sum(np.angle(1 + 2 * gi * z) for gi in g)) / math.pi
     assert half_turns[ok].max() > 2   # the product did wind past the branch cut
+
+
+def test_contour_sums_equal_the_direct_sums(loops):
+    # Σ_i g_i^e (1 + 2 z g_i)^{-n} (loops.contour_sums, both backends) against the same sums in long double, with
+    # the pairs given out of the order of n
+    from featureode.kernel.loops import contour_sums
+
+    g = np.asarray(_spectrum(24, 1.3))
+    z = np.ascontiguousarray(QLaw(tuple(g)).z[300:340])
+    pairs = [(3, 2), (1, 1), (6, 4), (2, 1), (5, 3)]
+    got = contour_sums(z, g, pairs)
+    zl = z.astype(np.clongdouble)
+    for q, (e, n) in enumerate(pairs):
+        ref = sum(np.longdouble(gi) ** e / (1 + 2 * np.longdouble(gi) * zl) ** n for gi in g)
+        np.testing.assert_allclose(got[q], ref.astype(complex), rtol=1e-13)

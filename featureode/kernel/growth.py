@@ -95,39 +95,8 @@ class _TiltedLaws:
 
     def __init__(self, law: QLaw):
         self.law = law
-        self._sums: dict[tuple[int, int], tuple[int, int, np.ndarray]] = {}   # (e, n) -> rows lo, hi, sums
         self._cache: dict[tuple[Gamma, tuple[int, ...], int], tuple[float, np.ndarray, np.ndarray]] = {}
         self._gpow: dict = {}    # e -> (Σ_i g_i^e, g^e)
-        self._inverse: "tuple[int, int, list[np.ndarray]] | None" = None   # rows lo, hi, (1 + 2 z g_i)^{-n}
-
-    def _contour_sum(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
-        """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on the contour of rows ``lo:hi`` (kept on the widest range asked, which
-        grows by the missing rows only)."""
-        have = self._sums.get((e, n))
-        if have is None or not (have[0] <= lo and hi <= have[1]):
-            L, H = (lo, hi) if have is None else (min(lo, have[0]), max(hi, have[1]))
-            parts = [self._sum_rows(e, n, L, have[0]), have[2], self._sum_rows(e, n, have[1], H)] if have else \
-                [self._sum_rows(e, n, L, H)]
-            have = self._sums[(e, n)] = (L, H, np.concatenate(parts))
-        return have[2][lo - have[0]: hi - have[0]]
-
-    def _sum_rows(self, e: int, n: int, lo: int, hi: int) -> np.ndarray:
-        """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` on rows ``lo:hi``: the reciprocals of every direction at once, their
-        ``n``-th power by repeated multiplication (NumPy's complex power is ~20× slower), contracted with ``g^e``."""
-        return np.tensordot(self.law.g**e, self._inverse_powers(n, lo, hi), axes=1)
-
-    def _inverse_powers(self, n: int, lo: int, hi: int) -> np.ndarray:
-        """``(1 + 2 z g_i)^{−n}`` for every direction ``i`` on rows ``lo:hi`` (``d × rows × contour``), kept with
-        the lower powers on the widest range asked (recomputed when a range outside it is asked)."""
-        have = self._inverse
-        if have is None or not (have[0] <= lo and hi <= have[1]):
-            L, H = (lo, hi) if have is None else (min(lo, have[0]), max(hi, have[1]))
-            inv = 1 / (1 + 2 * self.law.g[:, None, None] * self.law.z[None, L:H])
-            have = self._inverse = (L, H, [inv, inv])   # slot 0 (power 0) is never read
-        powers = have[2]
-        while len(powers) <= n:
-            powers.append(powers[-1] * powers[1])
-        return powers[n][:, lo - have[0]: hi - have[0]]
 
     def _exact_factors(self, jobs: "dict[Gamma, list[tuple[int, ...]]]") -> "dict[Gamma, list[float]]":
         """``Σ_π Π_B κ_B(0)`` (the tilt's mass relative to ``M_γ``) of each sorted ``K`` of ``jobs[γ]``, for every γ:
@@ -206,8 +175,9 @@ class _TiltedLaws:
         H = max(t[3] for jobs in todo.values() for t in jobs)
         used = sorted({i for gamma in gammas for i, _ in gamma})
         slot = {i: n for n, i in enumerate(used)}
-        # the directions' (1 + 2 z g_i)^{-1} on these rows: the same array the contour sums below are built from
-        recip = self._inverse_powers(1, L, H)[used] if used else np.ones((1, H - L, law.talbot), dtype=complex)
+        # the factors' directions' (1 + 2 z g_i)^{-1} on these rows
+        recip = 1 / (1 + 2 * law.g[used][:, None, None] * law.z[None, L:H]) if used else \
+            np.ones((1, H - L, law.talbot), dtype=complex)
         gf = law._gf
         sums: dict[tuple[int, int], int] = {}                 # (e, n) -> row of csum
         row0, row1, fstart, fdim, fexp = [], [], [0], [], []
@@ -240,9 +210,10 @@ class _TiltedLaws:
                 jlo.append(lo - L)
                 jhi.append(hi - L)
             jstart.append(len(jreg))
-        csum = np.stack([self._contour_sum(e, n, L, H) for (e, n) in sums])
+        from featureode.kernel.loops import contour_sums, tilted_densities
+
+        csum = contour_sums(law.z[L:H], law.g, list(sums))   # Σ_i g_i^e (1 + 2 z g_i)^{-n} per (e, n)
         i64 = np.int64
-        from featureode.kernel.loops import tilted_densities
 
         with np.errstate(all="ignore"):
             dens = tilted_densities(

@@ -1,9 +1,11 @@
-"""Compiled loops of the kernel layer: the Talbot contour factors and the Talbot densities of the laws of ``|ŵ|²`` (:mod:`featureode.kernel.initlaw`)
-and of the tilted laws of the second-order growth (:mod:`featureode.kernel.growth`), many γ per pass.
+"""Compiled loops of the kernel layer: the Talbot contour factors and sums, and the Talbot densities of the laws of
+``|ŵ|²`` (:mod:`featureode.kernel.initlaw`) and of the tilted laws of the second-order growth
+(:mod:`featureode.kernel.growth`), many γ per pass.
 
 Two backends with one interface, chosen from :data:`BACKENDS`: each loop is plain Python written for numba
-(``_contour_factors``, ``_talbot_densities``, ``_tilted_densities``) with a NumPy twin of the same arguments
-(``_contour_factors_numpy``, ``_talbot_densities_numpy``, ``_tilted_densities_numpy``; equal to round-off, tested against each other). A process keeps one backend per loop
+(``_contour_factors``, ``_contour_sums``, ``_talbot_densities``, ``_tilted_densities``) with a NumPy twin of the
+same arguments (``_contour_factors_numpy``, ``_contour_sums_numpy``, ``_talbot_densities_numpy``,
+``_tilted_densities_numpy``; equal to round-off, tested against each other). A process keeps one backend per loop
 for its whole life, chosen at the loop's first call, so that its numbers do not depend on how much work came
 before (cached and fresh computations stay bitwise equal): numba where its machine code is in numba's cache (a stamp
 in the featureode cache says so, written after its first compiled run) or where an earlier process asked for it,
@@ -11,7 +13,7 @@ else the NumPy twin. A process that gives the twin more than :data:`COMPILE_AFTE
 stamp), and the next process compiles it (≈ 1–3 s, once per install, announced on stderr). So a single cold solve
 pays no compile, and repeated work pays it once. The environment variable ``FEATUREODE_KERNEL_LOOPS`` =
 ``numba`` | ``numpy`` forces one backend. No fast-math: the same IEEE operations as the NumPy expressions, in
-another order.
+another order (a complex reciprocal as ``conj(w)/|w|²`` in the numba loops).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["talbot_densities", "tilted_densities", "contour_factors", "BACKENDS", "COMPILE_AFTER", "backend"]
+__all__ = ["talbot_densities", "tilted_densities", "contour_factors", "contour_sums", "BACKENDS", "COMPILE_AFTER", "backend"]
 
 #: the backends of every loop
 BACKENDS = ("numba", "numpy")
@@ -128,6 +130,37 @@ def _contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray, base: np.ndarr
             mag = -0.5 * (np.log(np.hypot(pr, pi)) + log_scale)
             base[r, c] = np.exp(complex(mag, -0.5 * theta))
             psum[r, c] = complex(sr, si)
+
+
+def _contour_sums(z: np.ndarray, gpow: np.ndarray, g: np.ndarray, ns: np.ndarray, out: np.ndarray) -> None:
+    """``out[q] = Σ_i gpow[q, i] (1 + 2 z g_i)^{−ns_q}`` at every point of ``z`` (rows × contour), ``ns``
+    ascending: per point and direction the reciprocal ``1/w = conj(w)/|w|²`` once and its powers by repeated
+    products, in real arithmetic."""
+    R, C = z.shape
+    Qn = ns.size
+    for r in range(R):
+        for c in range(C):
+            zr = z[r, c].real
+            zi = z[r, c].imag
+            for q in range(Qn):
+                out[q, r, c] = 0.0
+            for i in range(g.size):
+                ar = 1.0 + 2.0 * g[i] * zr
+                ai = 2.0 * g[i] * zi
+                m2 = ar * ar + ai * ai
+                wr = ar / m2
+                wi = -ai / m2
+                pr = wr
+                pi = wi
+                k = 1
+                for q in range(Qn):
+                    while k < ns[q]:
+                        x = pr * wr - pi * wi
+                        pi = pr * wi + pi * wr
+                        pr = x
+                        k += 1
+                    f = gpow[q, i]
+                    out[q, r, c] += complex(f * pr, f * pi)
 
 
 _ANNOUNCED: set[str] = set()
@@ -294,6 +327,32 @@ def contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray) -> tuple[np.nda
     _call("_contour_factors", z.shape[0] // 10, z, np.ascontiguousarray(g, dtype=float),
           np.ascontiguousarray(h, dtype=float), base, psum)
     return base, psum
+
+
+def _contour_sums_numpy(z: np.ndarray, gpow: np.ndarray, g: np.ndarray, ns: np.ndarray, out: np.ndarray) -> None:
+    """The NumPy twin of :func:`_contour_sums`: the reciprocals of every direction at once, their powers by repeated
+    multiplication (NumPy's complex power is ~20× slower), contracted with ``gpow``."""
+    inv = 1 / (1 + 2 * g[:, None, None] * z[None])
+    power, k = inv, 1
+    for q in range(ns.size):
+        while k < ns[q]:
+            power = power * inv
+            k += 1
+        out[q] = np.tensordot(gpow[q], power, axes=1)
+
+
+def contour_sums(z: np.ndarray, g: np.ndarray, pairs: "list[tuple[int, int]]") -> np.ndarray:
+    """``Σ_i g_i^e (1 + 2 z g_i)^{−n}`` for each ``(e, n)`` of ``pairs`` at every point of ``z``
+    (``len(pairs) × rows × contour``; :func:`_contour_sums`)."""
+    g = np.ascontiguousarray(g, dtype=float)
+    order = sorted(range(len(pairs)), key=lambda q: pairs[q][1])
+    ns = np.array([pairs[q][1] for q in order], dtype=np.int64)
+    gpow = np.array([g ** pairs[q][0] for q in order]).reshape(len(order), g.size)
+    sums = np.empty((len(pairs),) + z.shape, dtype=complex)
+    _call("_contour_sums", len(pairs), np.ascontiguousarray(z), gpow, g, ns, sums)
+    out = np.empty_like(sums)
+    out[order] = sums
+    return out
 
 
 def talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo: np.ndarray, hi: np.ndarray,
