@@ -138,18 +138,21 @@ def _contour_sums(z: np.ndarray, gpow: np.ndarray, g: np.ndarray, ns: np.ndarray
     products, in real arithmetic."""
     R, C = z.shape
     Qn = ns.size
+    sr = np.empty(Qn)   # the sums of one point, kept apart from the strided output
+    si = np.empty(Qn)
     for r in range(R):
         for c in range(C):
             zr = z[r, c].real
             zi = z[r, c].imag
             for q in range(Qn):
-                out[q, r, c] = 0.0
+                sr[q] = 0.0
+                si[q] = 0.0
             for i in range(g.size):
                 ar = 1.0 + 2.0 * g[i] * zr
                 ai = 2.0 * g[i] * zi
-                m2 = ar * ar + ai * ai
-                wr = ar / m2
-                wi = -ai / m2
+                inv = 1.0 / (ar * ar + ai * ai)
+                wr = ar * inv
+                wi = -ai * inv
                 pr = wr
                 pi = wi
                 k = 1
@@ -160,7 +163,10 @@ def _contour_sums(z: np.ndarray, gpow: np.ndarray, g: np.ndarray, ns: np.ndarray
                         pr = x
                         k += 1
                     f = gpow[q, i]
-                    out[q, r, c] += complex(f * pr, f * pi)
+                    sr[q] += f * pr
+                    si[q] += f * pi
+            for q in range(Qn):
+                out[q, r, c] = complex(sr[q], si[q])
 
 
 _ANNOUNCED: set[str] = set()
