@@ -202,9 +202,9 @@ def test_backend_choice_is_fixed_per_process_and_a_bad_override_is_refused(monke
 @pytest.mark.parametrize("d", [3, 16, 64, 200])
 def test_contour_factors_equal_the_log_sum_in_extended_precision(d, loops):
     # Π_i (1 + 2 z g_i)^{-1/2} by a running product with counted half-turns (loops.contour_factors) against the
-    # principal-branch sum exp(−½ Σ_i log(1 + 2 z g_i)) in long double (both backends of the loop), on the Talbot contour of the Q grid (arguments
-    # from 0 to nearly π, |z| up to ~1e26, so the product winds many half-turns and is rescaled), and the P factor
-    # Σ_i h_i g_i / (1 + 2 z g_i)
+    # principal-branch sum exp(−½ Σ_i log(1 + 2 z g_i)) in long double (both backends of the loop), on the Talbot
+    # contour of the Q grid (arguments from 0 to nearly π, |z| up to ~1e26, so the product winds many half-turns and
+    # is rescaled), and the P factor Σ_i h_i g_i / (1 + 2 z g_i)
     from featureode.kernel.loops import contour_factors
 
     g = np.asarray(_spectrum(d, 1.1))

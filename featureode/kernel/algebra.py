@@ -29,8 +29,8 @@ kernel is ``k_β = |u|²``; :mod:`featureode.kernel.second_order` averages ``|u_
 ``⟨u_1, u_1'⟩``, ``⟨u_0, u_2⟩`` and ``⟨u_2, u_2'⟩``.
 
 Terms are stored as ``(n, code)`` with an integer *code* of ``ŵ^μ Π P_k Π m_j``: one 16-bit field per *slot* (a
-direction ``i``, an index ``k`` of ``P_k``, an order ``j`` of ``m_j`` or the power of a ``g_i``, numbered process-wide as first met,
-:func:`slot`) holding the exponent or multiplicity, so the code of a product is the sum of the codes and a
+direction ``i``, an index ``k`` of ``P_k``, an order ``j`` of ``m_j`` or the power of a ``g_i``, numbered
+process-wide as first met, :func:`slot`) holding the exponent or multiplicity, so the code of a product is the sum of the codes and a
 derivative subtracts and adds single fields. :func:`fields` reads a code back.
 """
 from __future__ import annotations
@@ -91,7 +91,8 @@ _GMASK = [0]
 
 def slot(kind: str, value: int) -> int:
     """The field number of a direction (``kind="w"``), an index of ``P_k`` (``"P"``), an order of ``m_j``
-    (``"m"``) or the power of the constant ``g_i`` of a direction (``"g"``), registered on first use (process-wide; codes of one process are comparable)."""
+    (``"m"``) or the power of the constant ``g_i`` of a direction (``"g"``), registered on first use (process-wide;
+    codes of one process are comparable)."""
     n = _SLOT_OF.get((kind, value))
     if n is None:
         with _LOCK:

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["talbot_densities", "tilted_densities", "contour_factors", "contour_sums", "BACKENDS", "COMPILE_AFTER", "backend"]
+__all__ = ["talbot_densities", "tilted_densities", "contour_factors", "contour_sums", "BACKENDS", "COMPILE_AFTER",
+           "backend"]
 
 #: the backends of every loop
 BACKENDS = ("numba", "numpy")

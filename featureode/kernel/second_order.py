@@ -17,6 +17,10 @@ with ``U_{βαα'}`` when α and α' differ in parity along some direction); :da
 that ``E|u_0 + Σ_α ε_α u_1^α + ½ Σ_α ε_α² u_2^{αα}|² / λ_β`` — the positive law of the closures
 (:data:`featureode.ode.terms.SECOND_ORDER_GROWTH`) — is the average of a square.
 
+The algebra of a mode set does not depend on the spectrum (the ``g_i`` are fields of its codes): it is traced once
+and its record of averages kept in the process and in the disk cache (:func:`_trace`); each spectrum then only
+averages (:meth:`~featureode.kernel.growth.Averager.evaluate`).
+
 Monte Carlo oracle of the same ``S``: :mod:`featureode.kernel.second_order_mc`.
 """
 from __future__ import annotations
