@@ -218,10 +218,10 @@ class QuadratureAverager:
         if not wanted:
             return
         laws = self.law.measures([(gamma, weighted, e) for (gamma, weighted, _, _), e in wanted.items()])
-        block_of: dict[tuple[int, int], int] = {}                 # (law, e) -> row of W
-        block_law: list = []                                       # per row of W: its measure and e
-        block_e: list[int] = []
-        pairs: dict[tuple[int, int], list[int]] = {}                 # (j, k) -> its rows of W
+        block_of: dict[tuple[int, int], int] = {}        # (law, e) -> row of W
+        block_law: list = []                              # per row of W: its measure
+        block_e: list[int] = []                           # per row of W: the singular power it is weighed against
+        pairs: dict[tuple[int, int], list[int]] = {}      # (j, k) -> its rows of W
         on_grid: list[tuple[tuple[Gamma, bool, int, int], float, int]] = []  # key, mass, row of W
         for (key, e), ms in zip(wanted.items(), laws):
             if ms.rows is None:   # a Gauss rule: F at its nodes
@@ -248,11 +248,10 @@ class QuadratureAverager:
         np.maximum.at(top, which, bound)
         keep = bound > 1e-20 * top[which]
         which, w_all, rows_all = which[keep], w_all[keep], rows_all[keep]
-        kept = np.split(rows_all, np.cumsum(np.bincount(which, minlength=len(block_law)))[:-1])
+        rows_by_block = np.split(rows_all, np.cumsum(np.bincount(which, minlength=len(block_law)))[:-1])
         L, H = (int(rows_all.min()), int(rows_all.max()) + 1) if rows_all.size else (0, 0)
         W = np.zeros((len(block_law), H - L))
         W[which, rows_all - L] = w_all
-        rows_by_block = kept
         row_of_pair = {jk: n for n, jk in enumerate(pairs)}
         F = np.zeros((len(pairs), H - L))
         for n, (jk, users) in enumerate(pairs.items()):   # F_{jk} on the rows its integrals weigh

@@ -18,8 +18,8 @@ another order (a complex reciprocal as ``conj(w)/|w|²`` in the numba loops).
 from __future__ import annotations
 
 import functools
-import math
 import inspect
+import math
 import os
 import sys
 import time
