@@ -33,6 +33,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -489,13 +490,38 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
 
 
 def _numba_source(system: ode.System) -> list[str]:
+    """The numba module: ``rhs``/``observe``/``jac`` with the full signature of the module doc, each a wrapper of
+    ``_<name>_u`` that takes only the inputs the three functions read (``B`` first: it gives ``M`` and ``d``), and
+    the integrator template calling those on ``p`` cut to them once per solve (``_select``): a call's cost grows
+    with its array arguments (~3 ns each), and a step makes seven or more calls."""
     lines = ["import math", "", "import numba", "import numpy", "", "",
              "@numba.njit(cache=True)", "def _block(a, b, c, e):", "    M = a.shape[0]",
              "    out = numpy.empty((2 * M, 2 * M))", "    out[:M, :M] = a", "    out[:M, M:] = b",
              "    out[M:, :M] = c", "    out[M:, M:] = e", "    return out", "", ""]
-    for name, assignments, ret in _functions(system):
-        lines += _numba_function(name, system, assignments, ret)
-    return lines + integrate.template_source()
+    bodies = [(name, _numba_function(name, system, assignments, ret)) for name, assignments, ret in _functions(system)]
+    text = "\n".join(line for _, body in bodies for line in body[2:])
+    used = [x for x in system.inputs if x == "B" or re.search(rf"\b{re.escape(x)}\b", text)]
+    if used[0] != "B":
+        raise AssertionError(f"the generated functions' first input must be B, got {used}")   # INPUTS order
+    full, cut = _signature(system), ", ".join(("y",) + tuple(used))
+    for name, body in bodies:
+        lines += [body[0], f"def _{name}_u({cut}):", *body[2:]]
+        lines += ["@numba.njit(cache=True, error_model='numpy')", f"def {name}({full}):",
+                  f"    return _{name}_u({cut})", "", ""]
+    at = ", ".join(f"p[{system.inputs.index(x)}]" for x in used)
+    lines += ["@numba.njit(cache=True)", "def _select(p):", f"    return ({at},)", "", ""]
+    template = integrate.template_source()
+    out = []
+    for line in template:
+        line = line.replace("def rodas(y0, p, ", "def rodas(y0, p_all, ")
+        if line == "    n = y0.size":   # the first statement of rodas: the inputs cut once
+            out.append("    p = _select(p_all)")
+        for fn in ("rhs", "observe", "jac"):
+            line = re.sub(rf"(?<![\w.]){fn}\((\w+), \*p\)", rf"_{fn}_u(\1, *p)", line)
+        out.append(line)
+    if "    p = _select(p_all)" not in out:
+        raise AssertionError("the integrator template changed: rodas has no line 'n = y0.size' to cut p before")
+    return lines + out
 
 
 # ----------------------------------------------------------------------------------------------------------------
