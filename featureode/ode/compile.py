@@ -347,7 +347,7 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
     scratch_at = len(lines)
     sizes: list[str] = []
     outputs = {a.name: a for a in assignments if a.name in ("dfdt", "dDdt") and len(a.index) == 1}
-    packed = name == "rhs" and len(outputs) == 2 and ret == "numpy.concatenate((dfdt, dDdt))"
+    packed = name == "rhs" and len(outputs) == 2
 
     def carve(x: str, dims: "list[str]") -> str:
         """``x`` as the next slice of the scratch buffer, of shape ``dims``."""
@@ -499,8 +499,8 @@ def _numba_source(system: ode.System) -> list[str]:
              "    out = numpy.empty((2 * M, 2 * M))", "    out[:M, :M] = a", "    out[:M, M:] = b",
              "    out[M:, :M] = c", "    out[M:, M:] = e", "    return out", "", ""]
     bodies = [(name, _numba_function(name, system, assignments, ret)) for name, assignments, ret in _functions(system)]
-    text = "\n".join(line for _, body in bodies for line in body[2:])
-    used = [x for x in system.inputs if x == "B" or re.search(rf"\b{re.escape(x)}\b", text)]
+    # B: the prologue reads M and d from it (first in INPUTS, so p[0] stays B for the template's d)
+    used = [x for x in system.inputs if x == "B" or x in system.reads]
     if used[0] != "B":
         raise AssertionError(f"the generated functions' first input must be B, got {used}")   # INPUTS order
     full, cut = _signature(system), ", ".join(("y",) + tuple(used))
@@ -609,16 +609,10 @@ def generate_source(system: ode.System, backend: str = "numpy") -> str:
     return "\n".join(header + body).rstrip() + "\n"
 
 
-_KEYS: dict[int, tuple[ode.System, str]] = {}
-
-
 def _key(system: ode.System, backend: str) -> str:
-    """The cache key of ``system``'s ``backend`` module (``system.key`` prints the whole system: 10 ms; kept per
-    system object)."""
-    if id(system) not in _KEYS or _KEYS[id(system)][0] is not system:
-        _KEYS[id(system)] = (system, system.key)
+    """The cache key of ``system``'s ``backend`` module."""
     version = BACKENDS.get(backend).version
-    return hashlib.sha256(f"{CODEGEN_VERSION}|{backend}|{version}|{_KEYS[id(system)][1]}".encode()).hexdigest()[:24]
+    return hashlib.sha256(f"{CODEGEN_VERSION}|{backend}|{version}|{system.key}".encode()).hexdigest()[:24]
 
 
 @functools.lru_cache(maxsize=1)
@@ -631,23 +625,20 @@ def _numba_version() -> str:
         return "none"
 
 
-_STAMPS: dict[tuple[int, str], tuple[ode.System, Path]] = {}
+_STAMPS: dict[tuple[str, str], Path] = {}   # (module key, FEATUREODE_CACHE_DIR) -> ready stamp
 
 
 def _ready_stamp(system: ode.System) -> Path:
     """The file that says the numba machine code of ``system``'s integrator is in numba's cache (written after its
-    first compiled run, per numba version); its path kept per system object and cache folder setting (a solve
-    asks three times)."""
+    first compiled run, per numba version); its path kept per module key and cache folder setting (a solve asks
+    three times)."""
     from featureode.core.cache import cache_dir
 
-    where = os.environ.get("FEATUREODE_CACHE_DIR", "")
-    hit = _STAMPS.get((id(system), where))
-    if hit is None or hit[0] is not system:
-        hit = _STAMPS[(id(system), where)] = (system, cache_dir() / f"numba_{_key(system, 'numba')}.ready-"
-                                                                 f"{_numba_version()}")
-        while len(_STAMPS) > 256:
-            _STAMPS.pop(next(iter(_STAMPS)))
-    return hit[1]
+    where = (_key(system, "numba"), os.environ.get("FEATUREODE_CACHE_DIR", ""))
+    stamp = _STAMPS.get(where)
+    if stamp is None:
+        stamp = _STAMPS[where] = cache_dir() / f"numba_{where[0]}.ready-{_numba_version()}"
+    return stamp
 
 
 _READY: set[str] = set()

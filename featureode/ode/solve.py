@@ -107,32 +107,15 @@ def system_inputs(theory: KernelTheory, variant: Variant, eigenvalues: str = "ex
     kappa = pref["q_w"] * float(c_levels[1] / theory.level_coefficients[1] ** 2) if variant.kappa is None \
         else float(variant.kappa)
     S, Sd, U, V, Ud = np.zeros((0, 0)), np.zeros(0), np.zeros((0, 0, 0)), np.zeros((0, 0)), np.zeros((0, 0))
-    second, spread = _reads(system)
-    if second:
+    if system.reads & {"S", "Sd", "U", "V", "Ud"}:
         S, Sd, U, V, Ud = _second_order_inputs(theory, parametrization)
-    sv = _spread_inputs(theory, variant.spread_width) if spread else np.zeros(0)
+    sv = _spread_inputs(theory, variant.spread_width) if "sv" in system.reads else np.zeros(0)
     values = {"B": np.array([m.dense(dim) for m in modes], dtype=float).reshape(len(modes), dim),
               "v": np.asarray(theory.target, dtype=float), "lam0": np.asarray(theory.lambda0(eigenvalues), float),
               "g": g, "gpow": np.array([float(m.g_power(g)) for m in modes]), "c": c_levels[deg], "K": K,
               "S": S, "Sd": Sd, "U": U, "V": V, "Ud": Ud, "sv": sv, "gamma": float(theory.gamma),
               "kappa": float(kappa), **pref, **variant.param_values}
     return [values[name] for name in system.inputs], system
-
-
-_READS: dict[int, tuple[ode.System, tuple[bool, bool]]] = {}
-
-
-def _reads(system: ode.System) -> tuple[bool, bool]:
-    """Whether ``system`` reads the second-order constants (``S``, ``Sd``, ``U``, ``V``, ``Ud``) and the spread
-    ``sv`` (a walk of its SymPy expressions, kept per system object)."""
-    hit = _READS.get(id(system))
-    if hit is None or hit[0] is not system:
-        exprs = [a.expr for a in system.assignments]
-        hit = _READS[id(system)] = (system, (any(e.has(ode.S, ode.Sd, ode.U, ode.V, ode.Ud) for e in exprs),
-                                             any(e.has(ode.sv) for e in exprs)))
-        while len(_READS) > 256:
-            _READS.pop(next(iter(_READS)))
-    return hit[1]
 
 
 def theory_parametrization(theory: KernelTheory, parametrization: "str | Parametrization | None" = None

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 import sympy as sp
@@ -376,11 +377,22 @@ class System:
         """Argument names after ``y`` of the compiled functions: :data:`INPUTS` + user params."""
         return INPUTS + self.params
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """Hash of the resolved equations (what the compiled code depends on)."""
+        """Hash of the resolved equations (what the compiled code depends on; printing them takes ~10 ms, so it is
+        kept: the system is frozen)."""
         blob = repr([(a.name, a.index, sp.srepr(a.expr)) for a in self.assignments] + list(self.params))
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    @cached_property
+    def reads(self) -> frozenset[str]:
+        """The names of the :attr:`inputs` its assignments read (an indexed input by its base, a scalar by its
+        symbol)."""
+        names: set[str] = set()
+        for a in self.assignments:
+            names |= {x.base.label.name for x in a.expr.atoms(sp.Indexed)}
+            names |= {x.name for x in a.expr.atoms(sp.Symbol)}
+        return frozenset(x for x in self.inputs if x in names)
 
     def assignment(self, name: str) -> Assignment:
         """The assignment named ``name`` (``r``, ``s``, ``rho``, ``lam``, ``dfdt``, ``dDdt``)."""
