@@ -43,6 +43,7 @@ from featureode.kernel.algebra import (
 from featureode.kernel.averagers import _finite_means, _mean_table
 from featureode.kernel.initlaw import Gamma, QLaw
 from featureode.kernel.network import Network
+from featureode.kernel.perneuron import singular_power
 
 __all__ = ["Rates", "Vector", "Algebra", "Averager", "Recorder", "Recorded", "GrowthError", "readout_moment"]
 
@@ -465,7 +466,6 @@ class Averager:
         self.table = _mean_table(net.activation, net.bias_rule, self.law.grid.y0, net.step)
         self.tilted = _TiltedLaws(self.law)
         self.moments = {n: readout_moment(net.parametrization, n) for n in range(0, 13)}
-        self._order = net.activation.classical_order
         self.recorder = Recorder(self.moments)
         self._singular: dict = _SINGULAR.setdefault(net.activation, {}).setdefault(net.bias_std > 0, {})
 
@@ -488,16 +488,9 @@ class Averager:
         return e
 
     def _singular_power(self, ms: tuple[int, ...]) -> int:
-        """``e`` with ``E_b[Π m_j](Q) = O(Q^{−e/2})`` as ``Q → 0``: each ``m_j`` beyond the classical order ``r``
-        grows like ``s^{−(j−r)}`` in ``|b| ≲ s``, and averaging over ``b`` (σ_b > 0) gains one power of ``s``."""
-        r = self._order
-        if r is None:
-            return 0
-        act, sb = self.net.activation, self.net.bias_std
-        if sb == 0 and any(act.vanishes_at_zero_bias(j) for j in ms):
-            return 0
-        e = sum(max(0, j - r) for j in ms)
-        return max(0, e - (1 if sb > 0 and e > 0 else 0))
+        """``e`` with ``E_b[Π m_j](Q) = O(Q^{−e/2})`` as ``Q → 0`` (:func:`~featureode.kernel.perneuron.singular_power`
+        of the multiset ``ms``)."""
+        return singular_power(self.net.activation, self.net.bias_std, *ms)
 
     def _check(self, gamma: Gamma, ks: tuple, ms: tuple, e: int) -> None:
         shape = self.net.dim / 2 + sum(n for _, n in gamma) + len(ks)

@@ -97,16 +97,17 @@ def closure_term(level: int, readout_variance: float = 1.0) -> Term:
 # ----------------------------------------------------------------------------------------------------------------
 # integrability
 # ----------------------------------------------------------------------------------------------------------------
-def singular_power(act: Activation, bias_std: float, j: int, k: int) -> int:
-    """``e`` with ``E_b[m_j m_k](Q) = O(Q^{−e/2})`` as ``Q → 0`` (0 for smooth σ).
+def singular_power(act: Activation, bias_std: float, *orders: int) -> int:
+    """``e`` with ``E_b[Π_o m_o](Q) = O(Q^{−e/2})`` as ``Q → 0`` for the derivative means of ``orders`` (two for a
+    kernel entry ``m_j m_k``; any number for the second-order growth); 0 for smooth σ.
 
     Beyond the classical order ``r`` of σ, ``m_k(b, s) ~ s^{−(k−r)}`` near ``b = 0``; averaging the product over
     ``b`` (σ_b > 0) gains one power of ``s``.
     """
     r = act.classical_order
-    if r is None or (bias_std == 0 and any(act.vanishes_at_zero_bias(o) for o in (j, k))):
+    if r is None or (bias_std == 0 and any(act.vanishes_at_zero_bias(o) for o in orders)):
         return 0
-    return max(0, max(0, j - r) + max(0, k - r) - (1 if bias_std > 0 else 0))
+    return max(0, sum(max(0, o - r) for o in orders) - (1 if bias_std > 0 else 0))
 
 
 def check_integrable(act: Activation, bias_std: float, dim: int, term: Term) -> int:
