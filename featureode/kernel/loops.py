@@ -123,51 +123,76 @@ def _contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray, base: np.ndarr
                         log_scale += np.log(size)
                         pr /= size
                         pi /= size
-            a = np.arctan2(pi, pr)
+            # p = |p| e^{ia}, a = arg p in (−π, π]; θ = a + kπ with k even (the twin's docstring), so
+            # p^{−1/2} = |p|^{−1/2} (−1)^{k/2} conj(e^{ia/2}), and e^{ia/2} is the principal root of the unit vector
+            # p/|p| (the stable half-angle pair): no arctan2, exp, cos or sin per point
+            m = np.hypot(pr, pi)
+            ur = pr / m
+            ui = pi / m
+            if ur >= 0.0:
+                cr = math.sqrt(0.5 * (1.0 + ur))
+                ci = ui / (2.0 * cr)
+            else:
+                ci = math.copysign(math.sqrt(0.5 * (1.0 - ur)), ui)
+                cr = ui / (2.0 * ci)
             k = turns
-            if turns % 2 == 1:
-                k = turns - 1 if a > 0 else turns + 1
-            theta = a + k * np.pi
-            mag = -0.5 * (np.log(np.hypot(pr, pi)) + log_scale)
-            base[r, c] = np.exp(complex(mag, -0.5 * theta))
+            if turns % 2 == 1:   # a > 0: arctan2's sign, −0 included
+                k = turns - 1 if ui > 0.0 or (ui == 0.0 and ur < 0.0 and math.copysign(1.0, ui) > 0.0) \
+                    else turns + 1
+            mag = 1.0 / math.sqrt(m) if log_scale == 0.0 else math.exp(-0.5 * (math.log(m) + log_scale))
+            if int(k) // 2 % 2 == 1:
+                mag = -mag
+            base[r, c] = complex(mag * cr, -mag * ci)
             psum[r, c] = complex(sr, si)
 
 
 def _contour_sums(z: np.ndarray, gpow: np.ndarray, g: np.ndarray, ns: np.ndarray, out: np.ndarray) -> None:
     """``out[q] = Σ_i gpow[q, i] (1 + 2 z g_i)^{−ns_q}`` at every point of ``z`` (rows × contour), ``ns``
     ascending: per point and direction the reciprocal ``1/w = conj(w)/|w|²`` once and its powers by repeated
-    products, in real arithmetic."""
+    products, in real arithmetic. A row's contour points are one vector (the innermost loops run over them, in
+    separate real and imaginary buffers, so they vectorise); each point's operations and their order are those of
+    a point-by-point loop."""
     R, C = z.shape
     Qn = ns.size
-    sr = np.empty(Qn)   # the sums of one point, kept apart from the strided output
-    si = np.empty(Qn)
+    zr = np.empty(C)
+    zi = np.empty(C)
+    wr = np.empty(C)
+    wi = np.empty(C)
+    pr = np.empty(C)
+    pi = np.empty(C)
+    sr = np.empty((Qn, C))   # the sums of one row, kept apart from the strided output
+    si = np.empty((Qn, C))
     for r in range(R):
         for c in range(C):
-            zr = z[r, c].real
-            zi = z[r, c].imag
-            for q in range(Qn):
-                sr[q] = 0.0
-                si[q] = 0.0
-            for i in range(g.size):
-                ar = 1.0 + 2.0 * g[i] * zr
-                ai = 2.0 * g[i] * zi
+            zr[c] = z[r, c].real
+            zi[c] = z[r, c].imag
+        sr[:, :] = 0.0
+        si[:, :] = 0.0
+        for i in range(g.size):
+            g2 = 2.0 * g[i]
+            for c in range(C):
+                ar = 1.0 + g2 * zr[c]
+                ai = g2 * zi[c]
                 inv = 1.0 / (ar * ar + ai * ai)
-                wr = ar * inv
-                wi = -ai * inv
-                pr = wr
-                pi = wi
-                k = 1
-                for q in range(Qn):
-                    while k < ns[q]:
-                        x = pr * wr - pi * wi
-                        pi = pr * wi + pi * wr
-                        pr = x
-                        k += 1
-                    f = gpow[q, i]
-                    sr[q] += f * pr
-                    si[q] += f * pi
+                wr[c] = ar * inv
+                wi[c] = -ai * inv
+                pr[c] = wr[c]
+                pi[c] = wi[c]
+            k = 1
             for q in range(Qn):
-                out[q, r, c] = complex(sr[q], si[q])
+                while k < ns[q]:
+                    for c in range(C):
+                        x = pr[c] * wr[c] - pi[c] * wi[c]
+                        pi[c] = pr[c] * wi[c] + pi[c] * wr[c]
+                        pr[c] = x
+                    k += 1
+                f = gpow[q, i]
+                for c in range(C):
+                    sr[q, c] += f * pr[c]
+                    si[q, c] += f * pi[c]
+        for q in range(Qn):
+            for c in range(C):
+                out[q, r, c] = complex(sr[q, c], si[q, c])
 
 
 _ANNOUNCED: set[str] = set()
