@@ -201,21 +201,20 @@ class _ReluStep:
         n, batch = self.width, x.shape[1]
         chunk = math.ceil(batch / math.ceil(batch / min(chunk, RELU_CHUNK)))   # equal chunks of ≤ RELU_CHUNK
         weights = torch.cat((w[0], w0[0]))          # [w; w⁰] (2N, d): both products in one
-        xs, xt = x[0], x[0].T.contiguous()          # (B, d), (d, B)
+        xts, xs = x[0].T.contiguous().split(chunk, 1), x[0].split(chunk)   # per chunk (d, C) and (C, d) views
         args = tuple(t[0].numpy() for t in (b, b0, a, a0)) + (scale[0].numpy(), y[0].contiguous().numpy())
         sq = np.zeros(1, dtype=args[0].dtype)
         m1 = torch.zeros(n, dtype=self.dtype)
         m1_np = m1.numpy()
-        mx = part = None
-        for lo in range(0, batch, chunk):
-            u, _, (u_np, u0_np, r_np) = self._buffers(min(chunk, batch - lo))
-            torch.mm(weights, xt[:, lo:lo + chunk], out=u)
+        mx = None
+        for lo, xt, xc in zip(range(0, batch, chunk), xts, xs):
+            u, _, (u_np, u0_np, r_np) = self._buffers(xc.shape[0])
+            torch.mm(weights, xt, out=u)
             kernel(u_np, u0_np, *args, lo, r_np, sq, m1_np)
             if mx is None:
-                mx = torch.mm(u[:n], xs[lo:lo + chunk])
+                mx = torch.mm(u[:n], xc)
             else:
-                part = torch.mm(u[:n], xs[lo:lo + chunk], out=part)
-                mx.add_(part)
+                mx.addmm_(u[:n], xc)                # M += m x in the product (β = 1)
         assert mx is not None  # the batch holds at least one chunk
         mx, m1 = mx.unsqueeze(0), m1.unsqueeze(0)
         return [a.unsqueeze(2) * mx, a * m1, (w * mx).sum(2) + b * m1, torch.from_numpy(sq)]
