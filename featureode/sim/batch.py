@@ -184,12 +184,12 @@ class _ReluStep:
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]] = {}
 
     def _buffers(self, c: int) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
-        """The products ``[u; u⁰]`` (2N, c), the residuals (c,) and the NumPy views of ``u``, ``u⁰``, residuals,
-        for chunks of c."""
+        """The products ``[u; u⁰]`` (2N, c), its first N rows (where the masks ``m`` replace ``u``) and the NumPy
+        views of ``u``, ``u⁰`` and of the residuals (c,), for chunks of c."""
         if c not in self.buffers:
             u = torch.empty(2 * self.width, c, dtype=self.dtype)
-            r = torch.empty(c, dtype=self.dtype)
-            self.buffers[c] = (u, r, (u[:self.width].numpy(), u[self.width:].numpy(), r.numpy()))
+            r = np.empty(c, dtype=u.numpy().dtype)
+            self.buffers[c] = (u, u[:self.width], (u[:self.width].numpy(), u[self.width:].numpy(), r))
         return self.buffers[c]
 
     def sums(self, p: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor,
@@ -201,20 +201,24 @@ class _ReluStep:
         n, batch = self.width, x.shape[1]
         chunk = math.ceil(batch / math.ceil(batch / min(chunk, RELU_CHUNK)))   # equal chunks of ≤ RELU_CHUNK
         weights = torch.cat((w[0], w0[0]))          # [w; w⁰] (2N, d): both products in one
-        xts, xs = x[0].T.contiguous().split(chunk, 1), x[0].split(chunk)   # per chunk (d, C) and (C, d) views
+        xs = x[0].split(chunk)                      # per chunk (C, d) views
+        if batch % chunk == 0:                      # per chunk contiguous (d, C) blocks, in one copy
+            xts = x[0].view(batch // chunk, chunk, -1).permute(0, 2, 1).contiguous().unbind(0)
+        else:
+            xts = x[0].T.contiguous().split(chunk, 1)
         args = tuple(t[0].numpy() for t in (b, b0, a, a0)) + (scale[0].numpy(), y[0].contiguous().numpy())
         sq = np.zeros(1, dtype=args[0].dtype)
         m1 = torch.zeros(n, dtype=self.dtype)
         m1_np = m1.numpy()
         mx = None
         for lo, xt, xc in zip(range(0, batch, chunk), xts, xs):
-            u, _, (u_np, u0_np, r_np) = self._buffers(xc.shape[0])
+            u, m, (u_np, u0_np, r_np) = self._buffers(xc.shape[0])
             torch.mm(weights, xt, out=u)
             kernel(u_np, u0_np, *args, lo, r_np, sq, m1_np)
             if mx is None:
-                mx = torch.mm(u[:n], xc)
+                mx = torch.mm(m, xc)
             else:
-                mx.addmm_(u[:n], xc)                # M += m x in the product (β = 1)
+                mx.addmm_(m, xc)                    # M += m x in the product (β = 1)
         assert mx is not None  # the batch holds at least one chunk
         mx, m1 = mx.unsqueeze(0), m1.unsqueeze(0)
         return [a.unsqueeze(2) * mx, a * m1, (w * mx).sum(2) + b * m1, torch.from_numpy(sq)]
