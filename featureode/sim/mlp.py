@@ -35,15 +35,16 @@ together in one process (:func:`simulate_batch`): parameters carry a leading run
 of batched matmuls over all runs (``torch.bmm``); on a CPU the runs are stepped one after another, because there
 batching adds no arithmetic efficiency and multiplies the working set (measured: 0.4–0.5× the throughput of separate
 runs at N = 1024, B = 2048; see ``benchmarks/results/mlp_benchmark.md``). Either way the samples of a step are
-processed in chunks whose gradient sums are accumulated before the update (256 samples on a CPU, so the activations
-stay in cache: 2× faster than whole-batch steps). Each run keeps its own step size, clock, samples and measurement
+processed in chunks whose gradient sums are accumulated before the update (256 samples on a CPU, 128 in the ReLU
+step below, so the activations stay in cache: 2× faster than whole-batch steps). Each run keeps its own step size, clock, samples and measurement
 times, so its trajectory does not depend on the batch it is in; finished runs stop costing time on a CPU (on a GPU
 they stay in the batch with ``η = 0``). With ``[training] compile = true`` (default) the chunk kernels are compiled by
 TorchInductor, traced once per chunk shape and called without ``torch.compile``'s guards (fused elementwise work and
 reductions, ≈ 10× faster than eager on a CPU; a few seconds of compilation per process, cached on disk; ``torch.compile``
-and then eager execution as fallbacks, with a warning when compilation fails). A ReLU run on a CPU computes the output
-sum of each chunk in a row-ordered numba pass instead (the same floats, 2× faster steps under load; see
-``benchmarks/results/mlp_benchmark.md``).
+and then eager execution as fallbacks, with a warning when compilation fails). A compiled ReLU run on a CPU takes its
+step from one product per chunk for all three gradients and two numba passes instead (outputs and residuals, then
+the masked residuals; the generic kernel's sums in another float order, ≈ 2e-7 relative in float32; 1.7× faster
+steps, 0.8 of the matrix-product bound; see ``benchmarks/results/mlp_benchmark.md``).
 
 Randomness: one seed per run fixes everything, through independent streams derived from it: ``init`` (parameters),
 ``train`` (the fresh samples), ``test`` (the test set), ``probe`` (the NTK probe set); all are drawn on the CPU, so a
