@@ -494,11 +494,19 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
     return lines + [f"    return {'_w[:2 * M]' if packed else ret}", "", ""]
 
 
+def _scratch_size(body: Sequence[str]) -> str:
+    """The size expression (in ``M`` and ``d``) of the scratch buffer of a function of :func:`_numba_function`."""
+    line = next(x for x in body if x.startswith("    _w = numpy.empty("))
+    return line[len("    _w = numpy.empty("):-1]
+
+
 def _numba_source(system: ode.System) -> list[str]:
     """The numba module: ``rhs``/``observe``/``jac`` with the full signature of the module doc, each a wrapper of
-    ``_<name>_u`` that takes only the inputs the three functions read (``B`` first: it gives ``M`` and ``d``), and
-    the integrator template calling those on ``p`` cut to them once per solve (``_select``): a call's cost grows
-    with its array arguments (~3 ns each), and a step makes seven or more calls."""
+    ``_<name>_u`` that takes only the inputs the three functions read (``B`` first: it gives ``M`` and ``d``) and
+    the three functions' scratch buffers, and the integrator template calling those on ``p`` cut to them once per
+    solve, with the buffers allocated there once (``_select``): a call's cost grows with its array arguments
+    (~3 ns each), an allocation costs ~45 ns, and a step makes seven or more calls. A function's returned arrays
+    are views of its buffer, valid until its next call: the template copies them before that."""
     lines = ["import math", "", "import numba", "import numpy", "", "",
              "@numba.njit(cache=True)", "def _block(a, b, c, e):", "    M = a.shape[0]",
              "    out = numpy.empty((2 * M, 2 * M))", "    out[:M, :M] = a", "    out[:M, M:] = b",
@@ -509,12 +517,22 @@ def _numba_source(system: ode.System) -> list[str]:
     if used[0] != "B":
         raise AssertionError(f"the generated functions' first input must be B, got {used}")   # INPUTS order
     full, cut = _signature(system), ", ".join(("y",) + tuple(used))
+    names = [name for name, _ in bodies]
+    buffers = [f"_w{name}" for name in names]
+    size = {name: _scratch_size(body) for name, body in bodies}
     for name, body in bodies:
-        lines += [body[0], f"def _{name}_u({cut}):", *body[2:]]
+        # the scratch buffer comes in as an argument (one of three: the solve's buffers of rhs, observe and jac,
+        # allocated once per solve by _select; the wrapper allocates its own per call)
+        head = f"    _w = numpy.empty({size[name]})"
+        inner = [f"    _w = _w{name}" if x == head else x for x in body[2:]]
+        lines += [body[0], f"def _{name}_u({cut}, {', '.join(buffers)}):", *inner]
         lines += ["@numba.njit(cache=True, error_model='numpy')", f"def {name}({full}):",
-                  f"    return _{name}_u({cut})", "", ""]
+                  "    M = B.shape[0]", "    d = B.shape[1]", f"    _w = numpy.empty({size[name]})",
+                  f"    return _{name}_u({cut}, {', '.join(['_w'] * len(buffers))})", "", ""]
     at = ", ".join(f"p[{system.inputs.index(x)}]" for x in used)
-    lines += ["@numba.njit(cache=True)", "def _select(p):", f"    return ({at},)", "", ""]
+    scratch = ", ".join(f"numpy.empty({size[name]})" for name in names)
+    lines += ["@numba.njit(cache=True)", "def _select(p):", f"    B = p[{system.inputs.index('B')}]",
+              "    M = B.shape[0]", "    d = B.shape[1]", f"    return ({at}, {scratch})", "", ""]
     template = integrate.template_source()
     out = []
     for line in template:
