@@ -37,8 +37,8 @@ batching adds no arithmetic efficiency and multiplies the working set (measured:
 runs at N = 1024, B = 2048; see ``benchmarks/results/mlp_benchmark.md``). Either way the samples of a step are
 processed in chunks whose gradient sums are accumulated before the update (256 samples on a CPU, 128 in the ReLU
 step below, so the activations stay in cache: 2× faster than whole-batch steps). Each run keeps its own step size,
-clock, samples and measurement times, so its trajectory does not depend on the batch it is in; finished runs stop costing time on a CPU (on a GPU
-they stay in the batch with ``η = 0``). With ``[training] compile = true`` (default) the chunk kernels are compiled by
+clock, samples and measurement times, so its trajectory does not depend on the batch it is in; finished runs stop
+costing time on a CPU (on a GPU they stay in the batch with ``η = 0``). With ``[training] compile = true`` (default) the chunk kernels are compiled by
 TorchInductor, traced once per chunk shape and called without ``torch.compile``'s guards (fused elementwise work and
 reductions, ≈ 10× faster than eager on a CPU; a few seconds of compilation per process, cached on disk; ``torch.compile``
 and then eager execution as fallbacks, with a warning when compilation fails). A compiled ReLU run on a CPU takes its
