@@ -157,6 +157,11 @@ def _chunk_sums(parts: Any) -> list[torch.Tensor]:
     return total
 
 
+def even_chunk(n: int, target: int) -> int:
+    """Chunk size ``≤ target`` that splits ``n`` into equal chunks (up to one shorter last chunk)."""
+    return math.ceil(n / math.ceil(n / target))
+
+
 RELU_CHUNK = 128   # samples per chunk of the CPU ReLU step: its (2N, C) products and their masks stay in L2
 
 
@@ -194,7 +199,7 @@ class _ReluStep:
         w, b, a, w0, b0, a0 = p
         residuals, masks = _relu_chunk_kernel()
         n, batch = self.width, x.shape[1]
-        chunk = math.ceil(batch / math.ceil(batch / min(chunk, RELU_CHUNK)))   # equal chunks of ≤ RELU_CHUNK
+        chunk = even_chunk(batch, min(chunk, RELU_CHUNK))
         weights = torch.cat((w[0], w0[0]))          # [w; w⁰] (2N, d): both products in one
         xs = x[0].split(chunk)                      # per chunk (C, d) views
         if batch % chunk == 0:                      # per chunk contiguous (d, C) blocks, in one copy

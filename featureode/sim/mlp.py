@@ -60,7 +60,6 @@ simulation loop and the public API.
 """
 from __future__ import annotations
 
-import math
 import signal
 import threading
 import time
@@ -76,7 +75,7 @@ from featureode.core.provenance import provenance
 from featureode.calculus.hermite import Mode
 from featureode.config import Config
 from featureode.results.trajectory import Trajectory
-from featureode.sim.batch import MeanFieldBatch
+from featureode.sim.batch import MeanFieldBatch, even_chunk
 from featureode.sim.measure import make_test_set
 from featureode.sim.recorder import Checkpoint, Recorder
 from featureode.sim.schedule import DivergenceMonitor, Schedule, Step, refresh_due
@@ -143,7 +142,7 @@ class Simulation:
         batched = on_gpu if batched is None else batched
         check_memory(self.specs, self.device, batched)
         self.net = MeanFieldBatch.initialize(self.specs, self.device, self.dtype, tr.compile, batched,
-                                             self.batch if on_gpu else _even_chunk(self.batch, CPU_CHUNK))
+                                             self.batch if on_gpu else even_chunk(self.batch, CPU_CHUNK))
         self.net.spread = bool(spread)
         self.tests = [make_test_set(s.spectrum, s.target, s.modes, s.cfg.training.n_test, stream(s.cfg.training.seed,
                                     "test"), self.device, self.dtype, _measure_chunk(s.cfg.training.n_test, on_gpu))
@@ -345,11 +344,6 @@ class Simulation:
         traj = self.trajectory(i)
         traj.save(folder, "mlp", extra_arrays={k: self.net.params[k][i].cpu().numpy() for k in ("a", "w", "b")})
         return traj
-
-
-def _even_chunk(n: int, target: int) -> int:
-    """Chunk size ``≤ target`` that splits ``n`` into equal chunks (up to one shorter last chunk)."""
-    return math.ceil(n / math.ceil(n / target))
 
 
 @contextmanager
