@@ -330,7 +330,8 @@ def _costly(expr: sp.Expr) -> bool:
     return False
 
 
-def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Assignment], ret: str) -> list[str]:
+def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Assignment],
+                    ret: str) -> tuple[list[str], str]:
     """Loops in axis order (β, i, α, j — the memory order of ``B[β, i]``, ``K[β, α]``, ``J[·, j]``); every Sum/Product
     is hoisted into its own accumulator array, filled by one loop nest over its free indices and its summation index;
     a product of powers ``Π_k b^e`` skips the factors with ``e = 0`` and multiplies those with ``e = 1`` without a
@@ -342,9 +343,9 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
     printer = _LoopPrinter(free)
     lines = ["@numba.njit(cache=True, error_model='numpy')", f"def {name}({_signature(system)}):"]
     lines += _prologue("    ", name == "jac")
-    # every array of the function is a slice of one scratch buffer ``_w`` (one allocation a call, not one per
-    # array: ~20 ns each, a third of a small system's right-hand side); the right-hand side's dfdt and dDdt are
-    # its first 2M entries, returned as one view (no concatenation)
+    # every array of the function is a slice of one scratch buffer ``_w``, the argument ``_w<name>`` (allocated by
+    # the caller: once per solve by the integrator, not one per array and call); the right-hand side's dfdt and
+    # dDdt are its first 2M entries, returned as one view (no concatenation)
     scratch_at = len(lines)
     sizes: list[str] = []
     outputs = {a.name: a for a in assignments if a.name in ("dfdt", "dDdt") and len(a.index) == 1}
@@ -490,14 +491,8 @@ def _numba_function(name: str, system: ode.System, assignments: Sequence[ode.Ass
         else:
             lines.append(f"    {a.name} = float({printer.doprint(expr)})")
     total = " + ".join((["2 * M"] if packed else []) + sizes) or "0"
-    lines[scratch_at:scratch_at] = [f"    _w = numpy.empty({total})", f"    _k = {'2 * M' if packed else 0}"]
-    return lines + [f"    return {'_w[:2 * M]' if packed else ret}", "", ""]
-
-
-def _scratch_size(body: Sequence[str]) -> str:
-    """The size expression (in ``M`` and ``d``) of the scratch buffer of a function of :func:`_numba_function`."""
-    line = next(x for x in body if x.startswith("    _w = numpy.empty("))
-    return line[len("    _w = numpy.empty("):-1]
+    lines[scratch_at:scratch_at] = [f"    _w = _w{name}", f"    _k = {'2 * M' if packed else 0}"]
+    return lines + [f"    return {'_w[:2 * M]' if packed else ret}", "", ""], total
 
 
 def _numba_source(system: ode.System) -> list[str]:
@@ -511,23 +506,22 @@ def _numba_source(system: ode.System) -> list[str]:
              "@numba.njit(cache=True)", "def _block(a, b, c, e):", "    M = a.shape[0]",
              "    out = numpy.empty((2 * M, 2 * M))", "    out[:M, :M] = a", "    out[:M, M:] = b",
              "    out[M:, :M] = c", "    out[M:, M:] = e", "    return out", "", ""]
-    bodies = [(name, _numba_function(name, system, assignments, ret)) for name, assignments, ret in _functions(system)]
+    bodies = [(name, *_numba_function(name, system, assignments, ret)) for name, assignments, ret in
+              _functions(system)]
     # B: the prologue reads M and d from it (first in INPUTS, so p[0] stays B for the template's d)
     used = [x for x in system.inputs if x == "B" or x in system.reads]
     if used[0] != "B":
         raise AssertionError(f"the generated functions' first input must be B, got {used}")   # INPUTS order
     full, cut = _signature(system), ", ".join(("y",) + tuple(used))
-    names = [name for name, _ in bodies]
+    names = [name for name, _, _ in bodies]
     buffers = [f"_w{name}" for name in names]
-    size = {name: _scratch_size(body) for name, body in bodies}
-    for name, body in bodies:
+    size = {name: total for name, _, total in bodies}
+    for name, body, total in bodies:
         # the scratch buffer comes in as an argument (one of three: the solve's buffers of rhs, observe and jac,
         # allocated once per solve by _select; the wrapper allocates its own per call)
-        head = f"    _w = numpy.empty({size[name]})"
-        inner = [f"    _w = _w{name}" if x == head else x for x in body[2:]]
-        lines += [body[0], f"def _{name}_u({cut}, {', '.join(buffers)}):", *inner]
+        lines += [body[0], f"def _{name}_u({cut}, {', '.join(buffers)}):", *body[2:]]
         lines += ["@numba.njit(cache=True, error_model='numpy')", f"def {name}({full}):",
-                  "    M = B.shape[0]", "    d = B.shape[1]", f"    _w = numpy.empty({size[name]})",
+                  "    M = B.shape[0]", "    d = B.shape[1]", f"    _w = numpy.empty({total})",
                   f"    return _{name}_u({cut}, {', '.join(['_w'] * len(buffers))})", "", ""]
     at = ", ".join(f"p[{system.inputs.index(x)}]" for x in used)
     scratch = ", ".join(f"numpy.empty({size[name]})" for name in names)
