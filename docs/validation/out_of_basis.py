@@ -16,7 +16,8 @@ exponent 1.5, offset 3, σ_b = 0.5, N = 1024, B = 2048) and at γ = 1, each on t
   basis) and the test set's own (the MLP's t10 moves by ~2% between test sets of 20 000 points) are the error bars;
   ``--n-test 100000`` keeps them near 1% of the loss at t10.
 
-Every figure is a crossing time by linear interpolation on the recorded times; nothing is fitted.
+Every figure is a crossing time of ``featureode.results.metrics.crossing_time`` (the MLP's own t50/t10 rule);
+nothing is fitted.
 
 Run:  python docs/validation/out_of_basis.py --part step                 (8 trainings, ~3 min of one core)
       python docs/validation/out_of_basis.py --part basis --n-test 100000 (4 trainings, ~9 min of one core)
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from featureode.config import load_config  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.solve import solve_variant  # noqa: E402
+from featureode.results.metrics import crossing_time  # noqa: E402
 from featureode.sim.mlp import simulate_config  # noqa: E402
 
 #: name -> ([target], [network], t_max)
@@ -48,15 +50,6 @@ CASES = {"z0*z1": ({"expr": "z0*z1"}, {}, 100.0),
 #: name -> [training] changes
 STEPS = {"η, B = 2048 (default)": {}, "η/4": {"eta_safety": 0.125}, "B = 8192": {"batch": 8192},
          "η/4, B = 8192": {"eta_safety": 0.125, "batch": 8192}}
-
-
-def cross(t: np.ndarray, y: np.ndarray, level: float) -> float | None:
-    """First time ``y`` falls to ``level`` (linear interpolation), ``None`` if it does not."""
-    below = np.flatnonzero(y <= level)
-    if not below.size or below[0] == 0:
-        return None
-    j = int(below[0])
-    return float(t[j - 1] + (t[j] - t[j - 1]) * (y[j - 1] - level) / (y[j - 1] - y[j]))
 
 
 def part_step(seeds: list[int]) -> list[dict]:
@@ -70,7 +63,7 @@ def part_step(seeds: list[int]) -> list[dict]:
             tr = simulate_config(cfg, progress=False)
             support = np.asarray(tr.in_support_loss) / float(tr.in_support_loss[0])
             rows.append({"setting": name, "seed": seed, "t50": tr.t50, "t10": tr.t10,
-                         "support_t10": cross(np.asarray(tr.t), support, 0.1),
+                         "support_t10": crossing_time(np.asarray(tr.t), support, 0.1),
                          "steps": int(np.asarray(tr.arrays["steps"])[-1]), "wall_s": round(time.time() - t0, 1)})
             print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -93,7 +86,7 @@ def part_basis(seeds: list[int], n_test: int) -> list[dict]:
             full = np.asarray(tr.loss) / float(tr.loss[0])
             support = np.asarray(tr.in_support_loss) / float(tr.in_support_loss[0])
             row = {"case": name, "seed": seed, "modes": len(modes), "n_test": n_test, "t50": tr.t50, "t10": tr.t10,
-                   "ext_t10": cross(t, ext, 0.1), "support_t10": cross(t, support, 0.1),
+                   "ext_t10": crossing_time(t, ext, 0.1), "support_t10": crossing_time(t, support, 0.1),
                    "wall_s": round(time.time() - t0, 1)}
             if tr.t10 is not None:
                 k = int(np.argmin(np.abs(t - tr.t10)))
@@ -102,7 +95,7 @@ def part_basis(seeds: list[int], n_test: int) -> list[dict]:
                 ode = solve_variant(theory, variant)
                 ode_support = np.asarray(ode.in_support_loss) / float(ode.in_support_loss[0])
                 row[f"{variant}_t10"] = ode.t10
-                row[f"{variant}_support_t10"] = cross(np.asarray(ode.t), ode_support, 0.1)
+                row[f"{variant}_support_t10"] = crossing_time(np.asarray(ode.t), ode_support, 0.1)
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
