@@ -499,9 +499,10 @@ def _numba_source(system: ode.System) -> list[str]:
     """The numba module: ``rhs``/``observe``/``jac`` with the full signature of the module doc, each a wrapper of
     ``_<name>_u`` that takes only the inputs the three functions read (``B`` first: it gives ``M`` and ``d``) and
     the three functions' scratch buffers, and the integrator template calling those on ``p`` cut to them once per
-    solve, with the buffers allocated there once (``_select``): a call's cost grows with its array arguments
-    (~3 ns each), an allocation costs ~45 ns, and a step makes seven or more calls. A function's returned arrays
-    are views of its buffer, valid until its next call: the template copies them before that."""
+    solve (by position), with the buffers allocated there once (``_select``). The ``_<name>_u`` and ``_block`` are
+    inlined into the integrator (``inline='always'``): a call between compiled functions costs 25–40 ns, an
+    allocation ~45 ns, and a step makes seven or more such calls. A function's returned arrays are views of its
+    buffer, valid until its next call: the template copies them before that."""
     lines = ["import math", "", "import numba", "import numpy", "", "",
              "@numba.njit(cache=True, inline='always')", "def _block(a, b, c, e):", "    M = a.shape[0]",
              "    out = numpy.empty((2 * M, 2 * M))", "    out[:M, :M] = a", "    out[:M, M:] = b",
@@ -519,8 +520,8 @@ def _numba_source(system: ode.System) -> list[str]:
     for name, body, total in bodies:
         # the scratch buffer comes in as an argument (one of three: the solve's buffers of rhs, observe and jac,
         # allocated once per solve by _select; the wrapper allocates its own per call)
-        # inlined into the integrator (numba's inline='always'; a call with array arguments costs 25–40 ns)
-        lines += [body[0][:-1] + ", inline='always')", f"def _{name}_u({cut}, {', '.join(buffers)}):", *body[2:]]
+        lines += ["@numba.njit(cache=True, error_model='numpy', inline='always')",
+                  f"def _{name}_u({cut}, {', '.join(buffers)}):", *body[2:]]
         lines += ["@numba.njit(cache=True, error_model='numpy')", f"def {name}({full}):",
                   "    M = B.shape[0]", "    d = B.shape[1]", f"    _w = numpy.empty({total})",
                   f"    return _{name}_u({cut}, {', '.join(['_w'] * len(buffers))})", "", ""]

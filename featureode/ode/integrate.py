@@ -359,7 +359,7 @@ _TEMPLATES = (_lu_factor, _lu_solve, _relative_loss, _reducible, _factor, _solve
 #: 25–40 ns (its array arguments passed and released), as much as a 2×2 solve, and a RODAS4 step makes about 20 of
 #: them; inlined, the same instructions run in the same order (bitwise the same states). ``_rodas_step`` and
 #: ``rodas`` stay calls: inlining the step into ``rodas`` made it slower and doubled the compile time.
-_INLINED = frozenset({"_lu_factor", "_lu_solve", "_relative_loss", "_reducible", "_factor", "_solve"})
+_INLINED = (_lu_factor, _lu_solve, _relative_loss, _reducible, _factor, _solve)
 
 
 def template_source() -> list[str]:
@@ -368,7 +368,7 @@ def template_source() -> list[str]:
     ``observe``."""
     lines: list[str] = ["import numpy as np", "", ""]
     for fn in _TEMPLATES:
-        inline = ", inline='always'" if fn.__name__ in _INLINED else ""
+        inline = ", inline='always'" if fn in _INLINED else ""
         lines += [f"@numba.njit(cache=True, error_model='numpy'{inline})",
                   *inspect.getsource(fn).rstrip().splitlines(), "", ""]
     return lines
