@@ -129,7 +129,8 @@ class QLaw:
         self._p_base = np.empty(self.z.shape, dtype=complex)
         self._ready = np.zeros(Q.size, dtype=bool)
         # log of the bound ν̂_0(Q) ≤ Q^{d/2−1} / (Γ(d/2) Π_i sqrt(2 g_i)) (each g_i X_i has density ≤ q^{−1/2}/…)
-        self._log_bound0 = ((self.dim / 2 - 1) * np.log(Q) - math.lgamma(self.dim / 2)
+        self._log_q = np.log(Q)
+        self._log_bound0 = ((self.dim / 2 - 1) * self._log_q - math.lgamma(self.dim / 2)
                             - 0.5 * float(np.sum(np.log(2 * self.g))))
         total = float(self.g.sum())
         self._bulk = np.flatnonzero((Q >= total / 8) & (Q <= 8 * total))   # rows around the mean of Q
@@ -139,6 +140,7 @@ class QLaw:
         self._psum = [float(np.sum(self.g**n)) for n in range(5)]
         self._hsum = [float(np.sum(self.h * self.g ** (n - 1))) if n else 0.0 for n in range(5)]
         self._rows: dict[float, int] = {}
+        self._bulk_log: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None
         self._measures: dict[tuple[Gamma, bool], tuple[int, Measure]] = {}
 
     @property
@@ -196,13 +198,17 @@ class QLaw:
             return self._rows[power]
         lo = 0
         if self.dim / 2 - 1 + power > 0 and self._bulk.size:
-            rows = self._bulk
-            with np.errstate(all="ignore"):
-                dens = np.abs(np.sum(self.base(int(rows[0]), int(rows[-1]) + 1), axis=1).real)
-                top = np.log(dens) + power * np.log(self.Q[rows])
+            if self._bulk_log is None:   # log ν̂_0 and log Q on the bulk rows (finite ones), the same for every power
+                rows = self._bulk
+                with np.errstate(all="ignore"):
+                    log_dens = np.log(np.abs(np.sum(self.base(int(rows[0]), int(rows[-1]) + 1), axis=1).real))
+                keep = np.isfinite(log_dens)
+                self._bulk_log = (log_dens[keep], self._log_q[rows][keep], self._log_q)
+            log_dens, log_q, log_all = self._bulk_log
+            top = log_dens + power * log_q
             top = top[np.isfinite(top)]
             if top.size:
-                ok = self._log_bound0 + power * np.log(self.Q) >= math.log(self.ROW_FLOOR) + float(top.max())
+                ok = self._log_bound0 + power * log_all >= math.log(self.ROW_FLOOR) + float(top.max())
                 lo = int(np.argmax(ok)) if ok.any() else 0
         self._rows[power] = lo
         return lo
