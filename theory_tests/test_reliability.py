@@ -406,3 +406,38 @@ def test_provenance_recorded_outside_the_digest_and_files_honour_the_umask(tmp_p
         os.umask(old)
     assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "b.txt").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("proc", [True, False], ids=["proc-status", "locked-swap"])
+def test_atomic_writes_from_many_threads_keep_the_umask(tmp_path, monkeypatch, proc):
+    """Eight threads writing through the one atomic writer: the process umask is the same afterwards and every file
+    has mode 0o666 & ~umask, both where the umask is read from /proc/self/status and where it must be swapped (the
+    swap under a lock: unlocked, two threads could each restore the other's temporary mask)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from featureode.core import cache
+
+    if proc and not Path("/proc/self/status").exists():
+        pytest.skip("no /proc/self/status on this system")
+    if proc:   # the umask is read without ever being changed
+        monkeypatch.setattr(cache.os, "umask", lambda *_: pytest.fail("os.umask called where /proc tells the umask"))
+    else:
+        real_open = open
+
+        def no_proc(file, *a, **k):
+            if str(file).startswith("/proc/"):
+                raise OSError("no /proc here")
+            return real_open(file, *a, **k)
+
+        monkeypatch.setattr("builtins.open", no_proc)
+    old = os.umask(0o027) if not proc else None
+    try:
+        want = 0o666 & ~(0o027 if not proc else cache._umask())
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda n: cache.atomic_bytes(tmp_path / f"f{n}", b"x", durable=False), range(400)))
+        if not proc:
+            assert os.umask(0o027) == 0o027
+    finally:
+        if old is not None:
+            os.umask(old)
+    assert {(tmp_path / f"f{n}").stat().st_mode & 0o777 for n in range(400)} == {want}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -21,9 +22,24 @@ def cache_dir() -> Path:
     return path
 
 
+_UMASK_LOCK = threading.Lock()
+
+
 def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
+    """The process's umask, read without changing it where the system tells it (Linux ≥ 4.7: the ``Umask:`` line of
+    ``/proc/self/status``); elsewhere set and restored under a lock. ``os.umask`` is process-wide: two threads that
+    swapped it at once without the lock could leave it changed for good, and a file another thread creates while it
+    is swapped gets the temporary mask (``0o077`` here, so such a file is private, never more open)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
     return mask
 
 
