@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from featureode import kernel  # noqa: E402
+from featureode.kernel import theory as kernel  # noqa: E402
 from featureode.config import load_config  # noqa: E402
 from featureode.ode.solve import solve_batch, solve_variant  # noqa: E402
 from featureode.ode.variants import variants_from_config  # noqa: E402
