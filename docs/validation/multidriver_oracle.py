@@ -298,7 +298,16 @@ def main() -> int:
     p.add_argument("--h-max", type=float, default=1.0, help="largest RK4 step (the step is min(h_max, 0.5/λ_max))")
     p.add_argument("--max-steps", type=int, default=5000, help="stop a case after this many RK4 steps")
     p.add_argument("--md", type=Path, help="write the Markdown table here (default: print it)")
+    p.add_argument("--b-max", type=float, default=8.0,
+                   help="the table of m_k (activations without closed-form means) spans b in [-B, B] at the same "
+                        "spacing (default 8, as in the committed tables)")
+    p.add_argument("--s-max", type=float, default=10.0,
+                   help="... and |ŵ| in [0.05, S] at the same log-spacing (default 10, as in the committed tables)")
     args = p.parse_args()
+    if args.b_max != 8.0:
+        MeanTable.B = np.linspace(-args.b_max, args.b_max, int(round(30 * args.b_max)) + 1)
+    if args.s_max != 10.0:
+        MeanTable.S = np.geomspace(0.05, args.s_max, int(round(199 * math.log(args.s_max / 0.05) / math.log(200))) + 1)
     start = time.time()
     rows, scores = [], {"oracle": [], "rational": []}
     cases = suite_cases(args.suite) if args.suite else CASES
