@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import types
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,19 @@ SCRIPTS = sorted(p for folder in ("benchmarks", "docs/validation", "examples", "
                  for p in (ROOT / folder).glob("*.py"))
 
 
+def _member(mod: types.ModuleType, name: str) -> object | None:
+    """``mod.name``, or the sub-module ``mod.name`` its package has not imported yet; None if neither exists."""
+    if hasattr(mod, name):
+        return getattr(mod, name)
+    try:
+        return importlib.import_module(f"{mod.__name__}.{name}")
+    except ImportError:
+        return None
+
+
 def _unresolved(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    modules: dict[str, object] = {}   # local name -> featureode module object
+    modules: dict[str, types.ModuleType] = {}   # local name -> featureode module
     bad: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
@@ -27,15 +38,10 @@ def _unresolved(path: Path) -> list[str]:
             for alias in node.names:
                 if alias.name == "*":
                     continue
-                if not hasattr(mod, alias.name):
-                    try:   # a sub-module not imported by its package yet
-                        obj = importlib.import_module(f"{node.module}.{alias.name}")
-                    except ImportError:
-                        bad.append(f"line {node.lineno}: {node.module} has no {alias.name}")
-                        continue
-                else:
-                    obj = getattr(mod, alias.name)
-                if type(obj).__name__ == "module":
+                obj = _member(mod, alias.name)
+                if obj is None:
+                    bad.append(f"line {node.lineno}: {node.module} has no {alias.name}")
+                elif isinstance(obj, types.ModuleType):
                     modules[alias.asname or alias.name] = obj
         elif isinstance(node, ast.Import):
             for alias in node.names:
@@ -45,12 +51,8 @@ def _unresolved(path: Path) -> list[str]:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
                 and isinstance(node.ctx, ast.Load):
             mod = modules[node.value.id]
-            if not hasattr(mod, node.attr):
-                try:
-                    importlib.import_module(f"{mod.__name__}.{node.attr}")   # type: ignore[attr-defined]
-                except ImportError:
-                    bad.append(f"line {node.lineno}: {node.value.id}.{node.attr} "
-                               f"({mod.__name__} has no {node.attr})")   # type: ignore[attr-defined]
+            if _member(mod, node.attr) is None:
+                bad.append(f"line {node.lineno}: {node.value.id}.{node.attr} ({mod.__name__} has no {node.attr})")
     return bad
 
 

@@ -76,6 +76,13 @@ class MeanTable:
     B = np.linspace(-8.0, 8.0, 241)
     S = np.geomspace(0.05, 10.0, 200)
 
+    @classmethod
+    def span(cls, b_max: float, s_max: float) -> None:
+        """Let the table reach ``|b| ≤ b_max`` and ``|ŵ| ≤ s_max`` at the default grid's spacing (30 points per unit
+        of b, 199 steps per factor 200 of |ŵ|); ``span(8, 10)`` is the default grid itself."""
+        cls.B = np.linspace(-b_max, b_max, int(round(30 * b_max)) + 1)
+        cls.S = np.geomspace(0.05, s_max, int(round(199 * math.log(s_max / 0.05) / math.log(200))) + 1)
+
     def __init__(self, act) -> None:
         self.act = act
         self._splines: dict = {}
@@ -304,10 +311,10 @@ def main() -> int:
     p.add_argument("--s-max", type=float, default=10.0,
                    help="... and |ŵ| in [0.05, S] at the same log-spacing (default 10, as in the committed tables)")
     args = p.parse_args()
-    if args.b_max != 8.0:
-        MeanTable.B = np.linspace(-args.b_max, args.b_max, int(round(30 * args.b_max)) + 1)
-    if args.s_max != 10.0:
-        MeanTable.S = np.geomspace(0.05, args.s_max, int(round(199 * math.log(args.s_max / 0.05) / math.log(200))) + 1)
+    if not (args.b_max > 0 and args.s_max > 0.05):
+        p.error(f"--b-max must be > 0 and --s-max > 0.05 (the table starts at |ŵ| = 0.05), got {args.b_max:g} and "
+                f"{args.s_max:g}")
+    MeanTable.span(args.b_max, args.s_max)
     start = time.time()
     rows, scores = [], {"oracle": [], "rational": []}
     cases = suite_cases(args.suite) if args.suite else CASES

@@ -140,7 +140,7 @@ class QLaw:
         self._psum = [float(np.sum(self.g**n)) for n in range(5)]
         self._hsum = [float(np.sum(self.h * self.g ** (n - 1))) if n else 0.0 for n in range(5)]
         self._rows: dict[float, int] = {}
-        self._bulk_log: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None
+        self._bulk_log: "tuple[np.ndarray, np.ndarray] | None" = None
         self._measures: dict[tuple[Gamma, bool], tuple[int, Measure]] = {}
 
     @property
@@ -203,12 +203,12 @@ class QLaw:
                 with np.errstate(all="ignore"):
                     log_dens = np.log(np.abs(np.sum(self.base(int(rows[0]), int(rows[-1]) + 1), axis=1).real))
                 keep = np.isfinite(log_dens)
-                self._bulk_log = (log_dens[keep], self._log_q[rows][keep], self._log_q)
-            log_dens, log_q, log_all = self._bulk_log
+                self._bulk_log = (log_dens[keep], self._log_q[rows][keep])
+            log_dens, log_q = self._bulk_log
             top = log_dens + power * log_q
             top = top[np.isfinite(top)]
             if top.size:
-                ok = self._log_bound0 + power * log_all >= math.log(self.ROW_FLOOR) + float(top.max())
+                ok = self._log_bound0 + power * self._log_q >= math.log(self.ROW_FLOOR) + float(top.max())
                 lo = int(np.argmax(ok)) if ok.any() else 0
         self._rows[power] = lo
         return lo
