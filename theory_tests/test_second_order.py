@@ -97,6 +97,46 @@ def test_the_traced_algebra_is_kept_on_disk_and_a_damaged_entry_is_traced_again(
     assert files[0].read_bytes() != b"not a pickle"
 
 
+def test_traces_on_disk_stay_within_their_budget_least_recently_used_first_out(tmp_path, monkeypatch):
+    # FEATUREODE_TRACE_CACHE_MB bounds the traces kept on disk: writing a new one removes the least recently used
+    # (a disk hit refreshes an entry), never the one just written; a bad value is one clear error
+    import os
+
+    from featureode.kernel import second_order as so_mod
+    from featureode.kernel.growth import GrowthError
+
+    monkeypatch.setenv("FEATUREODE_CACHE_DIR", str(tmp_path))
+    net = Network.build("erf", G3, 0.5)
+    sets = [[Mode.parse(m) for m in ms] for ms in (("z0",), ("z0", "z1"), ("z0", "h2(z1)"))]
+    so_mod._trace.cache_clear()
+    for k, modes in enumerate(sets[:2]):
+        network_second_order(net, modes, [0])
+    first, second = sorted(tmp_path.glob("second_order_trace_*.pickle"), key=lambda p: p.stat().st_mtime)
+    os.utime(first, (1e9, 1e9))
+    os.utime(second, (2e9 - 1, 2e9 - 1))   # the second is the newer ...
+    so_mod._trace.cache_clear()
+    network_second_order(net, sets[0], [0])  # ... until the first is read from disk again (refreshed)
+    assert first.stat().st_mtime > second.stat().st_mtime - 1e9
+    probe = tmp_path / "probe"     # the size the third trace will have
+    monkeypatch.setenv("FEATUREODE_CACHE_DIR", str(probe))
+    so_mod._trace.cache_clear()
+    network_second_order(net, sets[2], [0])
+    (third,) = probe.glob("second_order_trace_*.pickle")
+    monkeypatch.setenv("FEATUREODE_CACHE_DIR", str(tmp_path))
+    budget = first.stat().st_size + third.stat().st_size + min(first.stat().st_size, second.stat().st_size) - 1
+    monkeypatch.setenv("FEATUREODE_TRACE_CACHE_MB", str(budget / 2**20))
+    so_mod._trace.cache_clear()
+    network_second_order(net, sets[2], [0])
+    left = set(tmp_path.glob("second_order_trace_*.pickle"))
+    assert second not in left and len(left) == 2 and first in left   # the new one, and the one used last that fits
+    monkeypatch.setenv("FEATUREODE_TRACE_CACHE_MB", "0")
+    assert so_mod.prune_traces(tmp_path, so_mod.trace_cache_limit(), keep=first) == [p for p in left if p != first]
+    assert set(tmp_path.glob("second_order_trace_*.pickle")) == {first}
+    monkeypatch.setenv("FEATUREODE_TRACE_CACHE_MB", "lots")
+    with pytest.raises(GrowthError, match="FEATUREODE_TRACE_CACHE_MB must be a number of megabytes >= 0, got 'lots'"):
+        so_mod.trace_cache_limit()
+
+
 def test_learning_rate_weights_enter_the_metric():
     # linear σ, one readout weight a and one direction: k = η_a ŵ² + η_w g a²; the flow rotates (a, ŵ) with
     # rapidity sqrt(η_a η_w g), and λ(D)/λ(0) = ... second order: S = 2 η_a η_w g (independent of the mix)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import os
 import pickle
 import sys
 import time
@@ -45,7 +46,7 @@ from featureode.kernel.network import Network
 from featureode.kernel.parametrization import PARTS
 
 __all__ = ["SecondOrder", "second_order_constants", "network_second_order", "predicted_parts", "GrowthError",
-           "Rates"]
+           "Rates", "prune_traces", "trace_cache_limit", "TRACE_CACHE_MB"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,58 @@ class _Trace:
     T: dict
 
 
+#: The default byte budget of the traces kept on disk (``$FEATUREODE_TRACE_CACHE_MB`` overrides it): beyond it the
+#: least recently used are removed when a new one is written. The extended basis of one target gives 2–7 MB; a trace
+#: with every mode of a 40-mode basis driving gives 400 MB.
+TRACE_CACHE_MB = 512
+_TRACE_GLOB = "second_order_trace_*.pickle"
+
+
+def trace_cache_limit() -> int:
+    """The traces' byte budget: ``$FEATUREODE_TRACE_CACHE_MB`` (a number ≥ 0, in MB) or :data:`TRACE_CACHE_MB`."""
+    raw = os.environ.get("FEATUREODE_TRACE_CACHE_MB", "").strip()
+    if not raw:
+        return TRACE_CACHE_MB * 2**20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0 or mb == float("inf"):
+        raise GrowthError(f"FEATUREODE_TRACE_CACHE_MB must be a number of megabytes >= 0, got {raw!r}; unset it for "
+                          f"the default {TRACE_CACHE_MB}")
+    return int(mb * 2**20)
+
+
+def prune_traces(folder: Path, limit: int, keep: "Path | None" = None) -> list[Path]:
+    """Remove the least recently used traces of ``folder`` (oldest modification time first; a cache hit refreshes it)
+    until those left fit in ``limit`` bytes, never ``keep`` (the one just written). Files that vanish meanwhile (another
+    process pruning) are skipped. Returns the removed paths."""
+    entries = []
+    for path in folder.glob(_TRACE_GLOB):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        entries.append((st.st_mtime, st.st_size, path))
+    entries.sort(key=lambda e: e[0], reverse=True)
+    total, removed = 0, []
+    for _, size, path in entries:
+        if keep is not None and path == keep:
+            total += size
+    for _, size, path in entries:
+        if keep is not None and path == keep:
+            continue
+        if total + size <= limit:
+            total += size
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
 @lru_cache(maxsize=8)
 def _trace(modes: tuple[Mode, ...], drivers: tuple[int, ...], rates: Rates, quartic: bool,
            moments: tuple[tuple[int, float], ...]) -> _Trace:
@@ -123,20 +176,27 @@ def _trace(modes: tuple[Mode, ...], drivers: tuple[int, ...], rates: Rates, quar
     ``moments`` enter): a sweep over spectra traces its mode set once. Kept in this process and in the disk cache
     (:func:`featureode.core.cache.cache_dir`, keyed by the arguments and the source of the modules that make it:
     a record holds no process-wide code numbers, only directions, orders and coefficients), so a later process
-    reads it (~5 ms) instead of tracing it again (~0.3 s for the extended basis)."""
+    reads it (~5 ms) instead of tracing it again (~0.3 s for the extended basis). The traces on disk are kept within
+    :func:`trace_cache_limit` bytes, least recently used first out (:func:`prune_traces`)."""
     key = hashlib.sha256(repr((_trace_version(), [str(m) for m in modes], drivers, rates, quartic, moments))
                          .encode()).hexdigest()[:24]
     path = cache_dir() / f"second_order_trace_{key}.pickle"
+    limit = trace_cache_limit()
     try:
         with open(path, "rb") as fh:
             hit = pickle.load(fh)
         if isinstance(hit, _Trace):
+            try:
+                os.utime(path)          # recently used: the last to be pruned
+            except OSError:
+                pass
             return hit
     except Exception:  # noqa: BLE001 — absent, or damaged: traced again (and replaced)
         pass
     trace = _traced(modes, drivers, rates, quartic, moments)
     try:
         atomic_bytes(path, pickle.dumps(trace, protocol=pickle.HIGHEST_PROTOCOL), durable=False)
+        prune_traces(path.parent, limit, keep=path)
     except OSError:   # a read-only cache: the next process traces again
         pass
     return trace
