@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "validation" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module      # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -73,3 +75,25 @@ def test_diagnosis_integrated_eigenvalue_ratio_and_reading(tmp_path):
     assert "closure, λ too fast: 1" in text and "closure: ∫λ 1.50× the measured" in text
     _run(tmp_path / "bad" / "runs" / "case", scale=1.5, replay_scale=1.25)
     assert "backbone (replay 0.80 / 0.80)" in cd.diagnose(tmp_path / "bad", reference="v")
+
+
+def test_attribution_reads_the_committed_oracle_table_and_applies_its_rules():
+    """``attribution.py``: the committed oracle tables parse into 75 cases (wide + wide2 but wide's ``h4(z0)``,
+    whose network never reached t50, 41 + 34), the ±20%
+    count of the exact flow read from the printed ratios is the table's own full-precision count (70 of the 71
+    scored cases), and each rule gives its reading on a synthetic case built to meet it."""
+    at = _load("attribution")
+    cases = at.read_oracle()
+    assert len(cases) == 75 and sum(c.label.startswith("wide2:") for c in cases) == 34
+    scored = [c for c in cases if at.reading(c) != "not scored"]
+    assert len(scored) == 71 and sum(at.within(c.oracle, 0.2) for c in scored) == 70
+    Case = at.Case
+    nan = math.nan
+    assert at.reading(Case("x", 1024, (10, 20), (1.0, 0.95), (1.05, 1.08))) == "holds"
+    assert at.reading(Case("x", 1024, (10, 20), (1.0, 0.95), (1.05, nan))) == "closure (late)"
+    assert at.reading(Case("x", 1024, (10, 20), (1.0, 0.95), (1.0, 0.8))) == "closure (early)"
+    assert at.reading(Case("x", 512, (10, 20), (0.9, 0.85), (0.92, 0.86))) == "finite width"
+    assert at.reading(Case("x", 2048, (10, 20), (0.9, 0.85), (0.92, 0.86))) == "basis (loss outside it)"
+    assert at.reading(Case("x", 512, (10, 20), (0.94, 0.83), (1.45, 1.40))) == "closure (late) + finite width"
+    assert at.reading(Case("x", 1024, (10, 20), (0.8, 0.74), (0.78, 0.76))) == "backbone (not attributed)"
+    assert at.reading(Case("x", 1024, (10, nan), (0.8, nan), (0.76, nan))) == "not scored"
