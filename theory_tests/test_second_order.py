@@ -101,6 +101,7 @@ def test_traces_on_disk_stay_within_their_budget_least_recently_used_first_out(t
     # FEATUREODE_TRACE_CACHE_MB bounds the traces kept on disk: writing a new one removes the least recently used
     # (a disk hit refreshes an entry), never the one just written; a bad value is one clear error
     import os
+    import time
 
     from featureode.kernel import second_order as so_mod
     from featureode.kernel.growth import GrowthError
@@ -109,14 +110,15 @@ def test_traces_on_disk_stay_within_their_budget_least_recently_used_first_out(t
     net = Network.build("erf", G3, 0.5)
     sets = [[Mode.parse(m) for m in ms] for ms in (("z0",), ("z0", "z1"), ("z0", "h2(z1)"))]
     so_mod._trace.cache_clear()
-    for k, modes in enumerate(sets[:2]):
+    for modes in sets[:2]:
         network_second_order(net, modes, [0])
     first, second = sorted(tmp_path.glob("second_order_trace_*.pickle"), key=lambda p: p.stat().st_mtime)
-    os.utime(first, (1e9, 1e9))
-    os.utime(second, (2e9 - 1, 2e9 - 1))   # the second is the newer ...
+    now = time.time()
+    os.utime(first, (now - 200, now - 200))
+    os.utime(second, (now - 100, now - 100))   # the second is the newer ...
     so_mod._trace.cache_clear()
     network_second_order(net, sets[0], [0])  # ... until the first is read from disk again (refreshed)
-    assert first.stat().st_mtime > second.stat().st_mtime - 1e9
+    assert first.stat().st_mtime > second.stat().st_mtime
     probe = tmp_path / "probe"     # the size the third trace will have
     monkeypatch.setenv("FEATUREODE_CACHE_DIR", str(probe))
     so_mod._trace.cache_clear()
