@@ -25,7 +25,8 @@ basis, to the oracle's horizon, against the same seed-mean MLP crossings), and c
    - ``backbone (not attributed)``: any other miss of the exact flow.
 4. ``not scored``: the network did not cross both levels.
 
-Run:  python docs/validation/attribution.py [--md docs/validation/attribution.md]
+Run:  python docs/validation/attribution.py [--md FILE]   (about 80 s; the table under the prose of
+      docs/validation/attribution.md)
 """
 from __future__ import annotations
 
