@@ -150,12 +150,10 @@ def prune_traces(folder: Path, limit: int, keep: "Path | None" = None) -> list[P
             continue
         entries.append((st.st_mtime, st.st_size, path))
     entries.sort(key=lambda e: e[0], reverse=True)
-    total, removed = 0, []
+    total = sum(size for _, size, path in entries if path == keep)
+    removed = []
     for _, size, path in entries:
-        if keep is not None and path == keep:
-            total += size
-    for _, size, path in entries:
-        if keep is not None and path == keep:
+        if path == keep:
             continue
         if total + size <= limit:
             total += size
