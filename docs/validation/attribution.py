@@ -86,8 +86,7 @@ def read_oracle(path: Path = ORACLE_MD) -> list[Case]:
 def recompute_reference(cases: list[Case]) -> list[Case]:
     """The cases with the reference's ratios solved again (``rational``, extended basis, horizon 3× the MLP's t10 or
     6× its t50, as the oracle's): a printed ratio that disagrees beyond its rounding is an error."""
-    from multidriver_oracle import case_label, suite_cases  # noqa: PLC0415 — torch and the package, only here
-    from featureode.config import load_config
+    from multidriver_oracle import case_config, case_label, suite_cases  # noqa: PLC0415 — the package, only here
     from featureode.kernel.theory import kernel_theory
     from featureode.ode.solve import solve_variant
 
@@ -99,12 +98,9 @@ def recompute_reference(cases: list[Case]) -> list[Case]:
         if not all(math.isfinite(x) for x in case.mlp):
             out.append(case)
             continue
-        _, act, target, d, expo, off, gamma, sb, width = configs[case.label]
-        cfg = load_config().replace(target={"expr": target},
-                                    network={"activation": act, "richness": gamma, "bias_std": sb, "width": width},
-                                    data={"dim": d, "exponent": expo, "offset": off}, ode={"basis": "extended"})
         m50, m10 = case.mlp
-        sol = solve_variant(kernel_theory(cfg, with_gram=True), "rational", 3.0 * m10, basis="extended")
+        sol = solve_variant(kernel_theory(case_config(configs[case.label]), with_gram=True), "rational", 3.0 * m10,
+                            basis="extended")
         pair = ((sol.t50 or math.nan) / m50, (sol.t10 or math.nan) / m10)
         for new, old in zip(pair, case.reference):
             if math.isfinite(new) != math.isfinite(old) or (math.isfinite(new) and abs(new - old) > 0.0051):

@@ -7,9 +7,9 @@ the modes that carry the largest residual:
 
 - the exact growth ``ρ_β = K_ββ(t)/K_ββ(0)`` of the sampled Gram along the flow;
 - the eigenvalue laws of ``rational``, ``second_order`` and ``resummed`` evaluated at the flow's *own* integrated
-  residuals ``D_α(t) = ∫_0^t R_α`` (trapezoid per RK4 step) with the package's exact constants ``S``, ``U``, ``V``
-  as the ODE has them (the target's modes drive; :func:`featureode.ode.solve.second_order_of`), so each law is tested
-  on the path, not on its own trajectory;
+  residuals ``D_α(t) = ∫_0^t R_α`` (trapezoid per RK4 step) by the package's own generated code of each variant, with
+  its exact constants as the ODE has them (the target's modes drive), so each law is tested on the path, not on its
+  own trajectory;
 - ``γ max_α |D_α|``, the size of the drive the law is continued to (second order is exact as ``γD → 0``);
 
 and, for the most correlated off-diagonal pairs, ``K_αβ(t)/K_αβ(0)`` against the ODE's coupling law
@@ -25,6 +25,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -32,9 +33,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from multidriver_oracle import Flow, case_label, suite_cases  # noqa: E402
 from escape_oracle import mlp_times  # noqa: E402
-from featureode.config import load_config  # noqa: E402
-from featureode.ode.solve import second_order_of  # noqa: E402
+from multidriver_oracle import case_config  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
+from featureode.ode.compile import compile_system  # noqa: E402
+from featureode.ode.solve import system_inputs  # noqa: E402
+from featureode.ode.variants import Variant  # noqa: E402
 
 
 def along(flow: Flow, v: np.ndarray, times: list[float], h_max: float = 2.0, c: float = 0.5
@@ -48,11 +51,7 @@ def along(flow: Flow, v: np.ndarray, times: list[float], h_max: float = 2.0, c: 
                 h = min(h_max, c / float(np.linalg.eigvalsh(flow.gram(theta)).max()))
             step = min(h, target - t)
             R0 = v - flow.f(theta)
-            k1 = flow.velocity(theta)
-            k2 = flow.velocity(tuple(x + step / 2 * k for x, k in zip(theta, k1)))
-            k3 = flow.velocity(tuple(x + step / 2 * k for x, k in zip(theta, k2)))
-            k4 = flow.velocity(tuple(x + step * k for x, k in zip(theta, k3)))
-            theta = tuple(x + step / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(theta, k1, k2, k3, k4))
+            theta = flow.step(theta, step)
             R1 = v - flow.f(theta)
             if not np.all(np.isfinite(R1)):
                 raise SystemExit(f"the flow became non-finite at t = {t:.4g}; lower the step")
@@ -63,23 +62,27 @@ def along(flow: Flow, v: np.ndarray, times: list[float], h_max: float = 2.0, c: 
     return out
 
 
-def laws(so, q: float, D: np.ndarray) -> dict[str, np.ndarray]:
-    """The eigenvalue laws' ``ρ_β`` at integrated residuals ``D`` from the constants ``so``
-    (:class:`~featureode.kernel.second_order.SecondOrder`): ``rational``, ``second_order`` and ``resummed``
-    (:data:`featureode.ode.terms.RATIONAL_GROWTH`, ``SECOND_ORDER_GROWTH``, ``RESUMMED_GROWTH``; ``inf`` where a
-    resummed sinh overflows)."""
-    S, V = so.S, so.V
-    Ud = np.einsum("baa->ba", so.U)
-    D2 = D**2
-    omega = np.sqrt(np.maximum(np.diag(S), 1e-30) / 2)
-    x = math.sqrt(q) * D
-    with np.errstate(over="ignore", invalid="ignore"):
-        xi = np.sinh(omega * x) / omega
-        zeta = 2 * np.sinh(omega * x / 2) ** 2 / omega**2
-        resummed = (1 + V @ zeta) ** 2 + Ud @ xi**2
-    return {"rational": (1 + q * np.maximum(S, 0) @ D2) / (1 + q * np.maximum(-S, 0) @ D2),
-            "second_order": (1 + q / 2 * V @ D2) ** 2 + q * Ud @ D2,
-            "resummed": np.where(np.isfinite(resummed), resummed, np.inf)}
+#: the eigenvalue laws set beside the exact growth
+LAWS = ("rational", "second_order", "resummed")
+
+
+def law_evaluators(theory) -> dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
+    """Per law of :data:`LAWS`, ``(f, D) ↦ ρ_β``: the package's own generated ``observe`` of that variant's system on
+    the extended basis (its inputs from :func:`featureode.ode.solve.system_inputs`: the exact constants, driven by the
+    target's modes, as the ODE has them), divided by ``λ_β(0)``; ``inf`` where the law overflows."""
+    lam0 = np.asarray(theory.lambda0("exact"), float)
+    out = {}
+    for name in LAWS:
+        inputs, system = system_inputs(theory, Variant(name), "exact", "extended")
+        observe = compile_system(system, "numpy").observe
+
+        def rho(f: np.ndarray, D: np.ndarray, observe=observe, inputs=inputs) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                lam = np.asarray(observe(np.concatenate([f, D]), *inputs)[2], float) / lam0
+            return np.where(np.isfinite(lam), lam, np.inf)
+
+        out[name] = rho
+    return out
 
 
 def main() -> int:
@@ -105,12 +108,9 @@ def main() -> int:
         if not times:
             print(f"{label}: skipped (the network never reached t50)", file=sys.stderr)
             continue
-        cfg = load_config().replace(target={"expr": target},
-                                    network={"activation": act, "richness": gamma, "bias_std": sb, "width": width},
-                                    data={"dim": d, "exponent": expo, "offset": off}, ode={"basis": "extended"})
-        th = kernel_theory(cfg, with_gram=True)
+        th = kernel_theory(case_config(case), with_gram=True)
         modes, v = list(th.modes), np.asarray(th.target, float)
-        _, so = second_order_of(th)        # as the ODE has them: the target's modes drive
+        laws = law_evaluators(th)
         c0 = time.process_time()
         flow = Flow(np.asarray(th.g, float), modes, v, gamma, sb, args.n, act)
         K0 = flow.gram(flow.theta)
@@ -121,11 +121,11 @@ def main() -> int:
         pairs = sorted(((abs(K0[a, b]) / math.sqrt(K0[a, a] * K0[b, b]), a, b)
                         for a in range(len(modes)) for b in range(a + 1, len(modes))), reverse=True)[:args.pairs]
         for (t, R, D, K), name in zip(snaps, ("t50", "t10")):
-            rho, law = np.diag(K) / np.diag(K0), laws(so, gamma**2, D)
+            rho, law = np.diag(K) / np.diag(K0), {k: ev(v - R, D) for k, ev in laws.items()}
             loss = float((R**2).sum() / (v**2).sum())
             for j in np.argsort(-np.abs(R))[:args.modes]:
                 text.append(f"| {name} = {t:.1f} | {loss:.3f} | {modes[j]} | {R[j]:+.3f} | {rho[j]:.2f} | "
-                            + " | ".join(f"{law[k][j]:.3g}" for k in ("rational", "second_order", "resummed"))
+                            + " | ".join(f"{law[k][j]:.3g}" for k in LAWS)
                             + f" | {gamma * float(np.abs(D).max()):.1f} |")
             for _, a, b in pairs:
                 off_rows.append(f"| {name} | {modes[a]}, {modes[b]} | {K0[a, b] / math.sqrt(K0[a, a] * K0[b, b]):+.2f} "

@@ -217,6 +217,14 @@ class Flow:
         u = self._u(theta)
         return np.einsum("nip,njp->nij", u, u)
 
+    def step(self, theta: tuple, h: float) -> tuple:
+        """One RK4 step of length ``h`` from ``theta``."""
+        k1 = self.velocity(theta)
+        k2 = self.velocity(tuple(x + h / 2 * k for x, k in zip(theta, k1)))
+        k3 = self.velocity(tuple(x + h / 2 * k for x, k in zip(theta, k2)))
+        k4 = self.velocity(tuple(x + h * k for x, k in zip(theta, k3)))
+        return tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(theta, k1, k2, k3, k4))
+
     def run(self, t_max: float, h_max: float = 1.0, c: float = 0.5, every: int = 10, max_steps: int = 10**9
             ) -> tuple[np.ndarray, np.ndarray, int]:
         """Loss ratio ``Σ R²/Σ v²`` on the steps' times until t_max (or until it falls below 0.05, or
@@ -229,11 +237,7 @@ class Flow:
             if steps % every == 0:
                 lam = float(np.linalg.eigvalsh(self.gram(theta)).max())
                 h = min(h_max, c / lam, t_max - t)
-            k1 = self.velocity(theta)
-            k2 = self.velocity(tuple(x + h / 2 * k for x, k in zip(theta, k1)))
-            k3 = self.velocity(tuple(x + h / 2 * k for x, k in zip(theta, k2)))
-            k4 = self.velocity(tuple(x + h * k for x, k in zip(theta, k3)))
-            theta = tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(theta, k1, k2, k3, k4))
+            theta = self.step(theta, h)
             t += h
             steps += 1
             R = self.v - self.f(theta)
@@ -287,6 +291,14 @@ def case_label(suite: str, act: str, target: str, d: int, expo: float, off: floa
     return f"{suite}: " + ", ".join(parts)
 
 
+def case_config(case: tuple, basis: str = "extended"):
+    """The package's config of a case (:data:`CASES`' layout) on ``basis``."""
+    _, act, target, d, expo, off, gamma, sb, width = case
+    return load_config().replace(target={"expr": target},
+                                 network={"activation": act, "richness": gamma, "bias_std": sb, "width": width},
+                                 data={"dim": d, "exponent": expo, "offset": off}, ode={"basis": basis})
+
+
 def ratio(x: float, m: float) -> float:
     return x / m if math.isfinite(x) and math.isfinite(m) else math.nan
 
@@ -330,11 +342,7 @@ def main() -> int:
         if not math.isfinite(m50):
             print(f"{label}: skipped (the network never reached t50)", file=sys.stderr, flush=True)
             continue
-        cfg = load_config().replace(target={"expr": target},
-                                    network={"activation": act, "richness": gamma, "bias_std": sb,
-                                             "width": width},
-                                    data={"dim": d, "exponent": expo, "offset": off},
-                                    ode={"basis": args.basis})
+        cfg = case_config((suite, act, target, d, expo, off, gamma, sb, width), args.basis)
         theory = kernel_theory(cfg, with_gram=True)
         modes = list(theory.modes)
         v = np.asarray(theory.target, float)
