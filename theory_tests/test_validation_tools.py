@@ -97,3 +97,33 @@ def test_attribution_reads_the_committed_oracle_table_and_applies_its_rules():
     assert at.reading(Case("x", 512, (10, 20), (0.94, 0.83), (1.45, 1.40))) == "closure (late) + finite width"
     assert at.reading(Case("x", 1024, (10, 20), (0.8, 0.74), (0.78, 0.76))) == "backbone (not attributed)"
     assert at.reading(Case("x", 1024, (10, nan), (0.8, nan), (0.76, nan))) == "not scored"
+
+
+def test_target_driven_all_full_is_the_exact_flow_and_its_forms_differ_where_they_should():
+    """``target_driven.py``: with every mode driving and the exact Gram (``all/full``), integrating ``df/dt = K R``
+    as its own state is the chain rule of the particles' ``f = E[a A]/γ``, so its loss curve is the exact
+    multi-driver flow's (``multidriver_oracle.Flow.run``, the same neurons and steps) up to RK4 truncation: a wrong
+    factor in ``K`` (P, γ, the 1/n) would separate them at once. At t = 0 the coupling law of the ``diagonal`` forms
+    is ``K(0)`` itself; once the neurons move it is not the Gram (the law is an approximation), and moving them by
+    the target's residuals alone changes the curve. A form that does not exist is a one-line error."""
+    mo = _load("multidriver_oracle")
+    td = _load("target_driven")
+    from featureode.kernel.theory import kernel_theory
+    theory = kernel_theory(mo.case_config(("wide", "relu", "z0*z1", 8, 1.5, 3.0, 1.0, 0.5, 1024)), with_gram=True)
+    args = (np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float), 1.0, 0.5, 300)
+    ts, exact, _ = mo.Flow(*args).run(12.0, h_max=0.5)
+    curves = {}
+    for form in ("all/full", "all/diagonal", "target/full"):
+        drivers, kind = form.split("/")
+        flow = td.TargetDriven(*args, form=kind, drivers=drivers)
+        t2, curves[form], _ = flow.run(12.0, h_max=0.5)
+        if form == "all/full":
+            assert np.allclose(t2, ts) and np.max(np.abs(curves[form] - exact)) < 1e-5 * exact.max()
+        if kind == "diagonal":
+            assert np.allclose(flow.kernel(flow.theta), flow.K0)
+    n = min(len(c) for c in curves.values())
+    assert exact[-1] < 0.5      # the flow has moved far enough for the approximations to show
+    assert np.max(np.abs(curves["all/diagonal"][:n] - curves["all/full"][:n])) > 1e-3
+    assert np.max(np.abs(curves["target/full"][:n] - curves["all/full"][:n])) > 1e-3
+    with pytest.raises(SystemExit, match="unknown form"):
+        td.TargetDriven(*args, form="half", drivers="all")
