@@ -105,7 +105,8 @@ def test_target_driven_all_full_is_the_exact_flow_and_its_forms_differ_where_the
     multi-driver flow's (``multidriver_oracle.Flow.run``, the same neurons and steps) up to RK4 truncation: a wrong
     factor in ``K`` (P, γ, the 1/n) would separate them at once. At t = 0 the coupling law of the ``diagonal`` forms
     is ``K(0)`` itself; once the neurons move it is not the Gram (the law is an approximation), and moving them by
-    the target's residuals alone changes the curve. A form that does not exist is a one-line error."""
+    the target's residuals alone changes the curve. A form that does not exist is a one-line error. The ``support``
+    drivers are the modes whose directions lie in the target's (here ``z0*z1`` and its companions), and no other."""
     mo = _load("multidriver_oracle")
     td = _load("target_driven")
     from featureode.kernel.theory import kernel_theory
@@ -127,3 +128,9 @@ def test_target_driven_all_full_is_the_exact_flow_and_its_forms_differ_where_the
     assert np.max(np.abs(curves["target/full"][:n] - curves["all/full"][:n])) > 1e-3
     with pytest.raises(SystemExit, match="unknown form"):
         td.TargetDriven(*args, form="half", drivers="all")
+    support = td.TargetDriven(*args, form="full", drivers="support")
+    driving = {str(theory.modes[k]) for k in support.drivers}
+    target = td.TargetDriven(*args, form="full", drivers="target")
+    assert {str(theory.modes[k]) for k in target.drivers} == {"z0*z1"}
+    assert driving == {str(m) for m in theory.modes if set(m.support) <= {0, 1}} and "z0*z1" in driving
+    assert len(driving) < len(theory.modes)

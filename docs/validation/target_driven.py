@@ -16,6 +16,10 @@ eigenvalue and coupling laws were exact. Two forms are integrated:
 - ``diagonal``: the package's coupling law on top: ``K_βα = K_βα(0) sqrt(ρ_β ρ_α)``, ``ρ_β = K_ββ(θ)/K_ββ(0)``
   (:data:`featureode.ode.terms.MODE_COUPLING`), so only the exact eigenvalue growth enters.
 
+The neurons can be driven by the target's modes (``target``), by every mode whose support lies in the target's
+directions (``support``: the target's companions such as ``h3(z0)*z1`` for ``z0*z1``, not ``h2(z5)``), or by every
+mode (``all``: with ``full``, the exact multi-driver flow).
+
 Where the target-driven flow matches the exact flow, a closure whose laws follow the per-neuron flow of the target's
 modes (continued to the γD the network reaches) can get the case; where it does not, the other modes' residuals move
 the neurons enough that no function of ``D_T`` can.
@@ -41,7 +45,7 @@ from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.solve import solve_variant  # noqa: E402
 
 FORMS = ("full", "diagonal")
-DRIVERS = ("target", "all")
+DRIVERS = ("target", "support", "all")
 
 
 class TargetDriven(Flow):
@@ -55,7 +59,9 @@ class TargetDriven(Flow):
             raise SystemExit(f"--forms: unknown form {drivers}/{form}; use DRIVERS/FORM with DRIVERS one of "
                              f"{', '.join(DRIVERS)} and FORM one of {', '.join(FORMS)}")
         self.form = form
-        self.drivers = [k for k, x in enumerate(self.v) if x != 0.0 or drivers == "all"]
+        support = {i for m, x in zip(modes, self.v) if x != 0.0 for i in m.support}
+        self.drivers = [k for k, (m, x) in enumerate(zip(modes, self.v))
+                        if x != 0.0 or drivers == "all" or (drivers == "support" and set(m.support) <= support)]
         self.target_basis = Modes([modes[k] for k in self.drivers], activation)
         self.K0 = self.gram(self.theta)
         self.k0 = np.sqrt(np.diag(self.K0))
