@@ -1,4 +1,4 @@
-"""The best any target-driven closure can do: the exact kernel of neurons moved by the target's residuals alone.
+"""What each approximation of a closure costs on the loss curve: ``df/dt = K R`` with ``K`` from sampled neurons.
 
 Every closure of the package makes the kernel a function of the integrated residuals ``D_α`` of the target's modes
 (the drivers): ``K(t) = K(D_T(t))``. ``multidriver_oracle.py`` integrates the exact flow, in which *every* mode's
@@ -20,11 +20,13 @@ The neurons can be driven by the target's modes (``target``), by every mode whos
 directions (``support``: the target's companions such as ``h3(z0)*z1`` for ``z0*z1``, not ``h2(z5)``), or by every
 mode (``all``: with ``full``, the exact multi-driver flow).
 
-Where the target-driven flow matches the exact flow, a closure whose laws follow the per-neuron flow of the target's
-modes (continued to the γD the network reaches) can get the case; where it does not, the other modes' residuals move
-the neurons enough that no function of ``D_T`` can.
+Where ``target/full`` matches the exact flow, a closure whose laws follow the per-neuron flow of the target's modes
+(continued to the γD the network reaches) can get the case; where it does not, the other modes' residuals move the
+neurons enough that no function of ``D_T`` can. ``target/diagonal`` and ``all/diagonal`` show what the coupling law
+costs on top of exact eigenvalues. The findings are in ``target_driven.md``.
 
-Run:  python docs/validation/target_driven.py --suite wide --cases 0,1 [--forms full,diagonal] [--md FILE]
+Run:  python docs/validation/target_driven.py --suite wide --cases 0,1 [--forms target/full,all/diagonal,…]
+      [--max-steps N] [--md FILE]
 (case numbers as in ``multidriver_oracle.py --suite``, 0-based).
 """
 from __future__ import annotations
@@ -49,8 +51,9 @@ DRIVERS = ("target", "support", "all")
 
 
 class TargetDriven(Flow):
-    """:class:`multidriver_oracle.Flow` with the neurons moved by the target's residuals only and the function
-    carried as its own state ``f`` (``df/dt = K(θ) R``, ``form`` as in the module docstring)."""
+    """:class:`multidriver_oracle.Flow` with the neurons moved by the residuals of ``drivers`` (``target``,
+    ``support`` or ``all``) and the function carried as its own state ``f`` (``df/dt = K(θ) R``, ``form`` ``full`` or
+    ``diagonal``, as in the module docstring)."""
 
     def __init__(self, g: np.ndarray, modes: list, v: np.ndarray, gamma: float, bias_std: float, n: int,
                  activation: str = "relu", seed: int = 3, form: str = "full", drivers: str = "target") -> None:
