@@ -144,6 +144,10 @@ def main() -> int:
     p.add_argument("--md", type=Path, help="write the Markdown table here (default: print it)")
     args = p.parse_args()
     forms = [x.strip() for x in args.forms.split(",") if x.strip()]
+    for form in forms:
+        if form.count("/") != 1 or form.split("/")[0] not in DRIVERS or form.split("/")[1] not in FORMS:
+            p.error(f"--forms: {form!r} is not DRIVERS/FORM; DRIVERS is one of {', '.join(DRIVERS)} and FORM one of "
+                    f"{', '.join(FORMS)} (e.g. target/full)")
     MeanTable.span(8.0, 10.0)
     cases = suite_cases(args.suite)
     rows = []
