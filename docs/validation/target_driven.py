@@ -65,7 +65,7 @@ class TargetDriven(Flow):
         support = {i for m, x in zip(modes, self.v) if x != 0.0 for i in m.support}
         self.drivers = [k for k, (m, x) in enumerate(zip(modes, self.v))
                         if x != 0.0 or drivers == "all" or (drivers == "support" and set(m.support) <= support)]
-        self.target_basis = Modes([modes[k] for k in self.drivers], activation)
+        self.driver_basis = Modes([modes[k] for k in self.drivers], activation)
         self.K0 = self.gram(self.theta)
         self.k0 = np.sqrt(np.diag(self.K0))
 
@@ -85,7 +85,7 @@ class TargetDriven(Flow):
         a, W, b, f = state
         R = self.v - f
         RT = R[self.drivers]
-        A, dW, db = self.target_basis.with_gradients(W, b)
+        A, dW, db = self.driver_basis.with_gradients(W, b)
         return (self.gamma * (A @ RT), self.gamma * a[:, None] * np.einsum("nkd,k->nd", dW, RT) * self.g,
                 self.gamma * a * (db @ RT), self.kernel((a, W, b)) @ R)
 
