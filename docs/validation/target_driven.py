@@ -76,12 +76,15 @@ class TargetDriven(Flow):
 
     def kernel(self, theta: tuple) -> np.ndarray:
         K = self.gram(theta)
-        if self.form == "full":
-            return K
+        return K if self.form == "full" else self.coupled(K)
+
+    def coupled(self, K: np.ndarray) -> np.ndarray:
+        """The coupling law ``K(0)_βα sqrt(ρ_β ρ_α)`` on the exact ``ρ_β = K_ββ/K_ββ(0)`` of ``K``."""
         rho = np.diag(K) / self.k0**2
         return self.K0 * np.sqrt(np.outer(rho, rho))
 
-    def rhs(self, state: tuple) -> tuple[np.ndarray, ...]:
+    def velocity(self, state: tuple) -> tuple[np.ndarray, ...]:
+        """``d(a, ŵ, b, f)/dt`` (the inherited :meth:`Flow.step` integrates it: RK4 on the 4-tuple)."""
         a, W, b, f = state
         R = self.v - f
         RT = R[self.drivers]
@@ -89,20 +92,12 @@ class TargetDriven(Flow):
         return (self.gamma * (A @ RT), self.gamma * a[:, None] * np.einsum("nkd,k->nd", dW, RT) * self.g,
                 self.gamma * a * (db @ RT), self.kernel((a, W, b)) @ R)
 
-    def step(self, state: tuple, h: float) -> tuple:  # type: ignore[override]
-        k1 = self.rhs(state)
-        k2 = self.rhs(tuple(x + h / 2 * k for x, k in zip(state, k1)))
-        k3 = self.rhs(tuple(x + h / 2 * k for x, k in zip(state, k2)))
-        k4 = self.rhs(tuple(x + h * k for x, k in zip(state, k3)))
-        return tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(state, k1, k2, k3, k4))
-
     def coupling_rate(self, state: tuple) -> float:
         """``R·K_c R / R·K R``: the loss' decay rate ``−d|R|²/dt = 2 R·K R`` with the coupling law
         ``K_c = K(0) sqrt(ρρ)`` (the exact ``ρ`` of ``state``) over the rate with the exact ``K``."""
         K = self.gram(state[:3])
-        rho = np.diag(K) / self.k0**2
         R = self.v - state[3]
-        return float(R @ (self.K0 * np.sqrt(np.outer(rho, rho))) @ R) / float(R @ K @ R)
+        return float(R @ self.coupled(K) @ R) / float(R @ K @ R)
 
     def run(self, t_max: float, h_max: float = 1.0, c: float = 0.5, every: int = 10, max_steps: int = 10**9,
             rates: list | None = None) -> tuple[np.ndarray, np.ndarray, int]:
