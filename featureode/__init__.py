@@ -48,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "solve_config": "featureode.ode.solve",
     "solve_variant": "featureode.ode.solve",
     "replay_run": "featureode.ode.replay",
+    "meanfield_trajectory": "featureode.ode.meanfield",
     # results
     "ODEResult": "featureode.results.trajectory",
     "Trajectory": "featureode.results.trajectory",
@@ -127,6 +128,7 @@ if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the 
     from featureode.kernel.parametrization import register_parametrization
     from featureode.kernel.theory import KernelTheory, kernel_report, kernel_theory, kernel_theory_batch
     from featureode.ode.compile import compile_system, register_backend
+    from featureode.ode.meanfield import meanfield_trajectory
     from featureode.ode.replay import replay_run
     from featureode.ode.solve import solve_batch, solve_config, solve_variant
     from featureode.ode.terms import System, build_system

@@ -51,7 +51,7 @@ from featureode.ode.runners import (  # noqa: F401  (the constants are re-export
 )
 from featureode.results.metrics import in_support_loss, relative_loss
 from featureode.results.trajectory import ODEResult, Status, Trajectory
-from featureode.ode.variants import Variant, variants_from_config
+from featureode.ode.variants import MEANFIELD, REPLAY, Variant, variants_from_config
 
 if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
     from featureode.kernel.theory import KernelTheory
@@ -369,7 +369,20 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile
     o = cfg.ode
     t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
     variants: dict[str, Trajectory] = {}
-    for variant in variants_from_config(o, allow_replay=allow_replay):
+    closures = variants_from_config(o, allow_replay=allow_replay)
+    custom, names = o.custom or {}, list(o.variants)
+    slots: list[Variant | None] = list(closures)
+    if MEANFIELD in names and MEANFIELD not in custom:   # None marks meanfield's place among the listed variants
+        slots.insert(sum(n != REPLAY or n in custom for n in names[:names.index(MEANFIELD)]), None)
+    for variant in slots:
+        if variant is None:
+            from featureode.ode.meanfield import MeanFieldError, meanfield_trajectory
+            try:
+                variants[MEANFIELD] = meanfield_trajectory(theory, cfg.training.t_max, t_min=t_min,
+                                                           n_points=o.n_points)
+            except MeanFieldError as exc:
+                variants[MEANFIELD] = Trajectory.failed(MEANFIELD, theory.modes, theory.target, str(exc))
+            continue
         if variant.spread and variant.spread_width is None:   # the init spread at the config's width
             variant = dataclasses.replace(variant, spread_width=int(cfg.network.width))
         try:

@@ -301,15 +301,23 @@ SPREAD_SUFFIX = "+spread"
 #: The variant name of :func:`featureode.ode.replay.replay` (driven by measurements; not an ODE closure).
 REPLAY = "replay"
 
+#: The variant name of :func:`featureode.ode.meanfield.meanfield_trajectory` (the reduced per-neuron mean-field
+#: flow; parameter-free, but not a closure: :func:`featureode.ode.solve.solve_config` runs it in its place).
+MEANFIELD = "meanfield"
+
 
 def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Variant]:
     """The variants of an ``[ode]`` config table (:class:`featureode.config.ODEConfig`), in the listed order.
 
     ``replay`` (:data:`REPLAY`) is not an ODE variant: it needs a simulation. With ``allow_replay`` (a caller that
-    has one, e.g. compare, and adds :func:`featureode.ode.replay.replay_run`) it is skipped; otherwise it is an error."""
+    has one, e.g. compare, and adds :func:`featureode.ode.replay.replay_run`) it is skipped; otherwise it is an error.
+    ``meanfield`` (:data:`MEANFIELD`) is not a closure either: it is skipped here, and
+    :func:`featureode.ode.solve.solve_config` follows it (:mod:`featureode.ode.meanfield`); it takes no ablation."""
     custom = dict(cfg.custom or {})
     out = []
     for name in cfg.variants:
+        if name == MEANFIELD and name not in custom:
+            continue
         if name == REPLAY and name not in custom:
             if allow_replay:
                 continue
@@ -326,7 +334,7 @@ def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Var
             out.append(Variant(name[:-len(SPREAD_SUFFIX)], kappa=cfg.kappa, scale=cfg.scale, spread=True))
         else:
             raise VariantError(f"[ode] variants: unknown variant {name!r}; valid: built-in closures "
-                               f"{', '.join(closure_names())} (each also as NAME{SPREAD_SUFFIX})" + (f" or custom tables {', '.join(custom)}"
+                               f"{', '.join(closure_names())} (each also as NAME{SPREAD_SUFFIX}), {MEANFIELD}" + (f" or custom tables {', '.join(custom)}"
                                                                   if custom else ""))
     unused = [n for n in custom if n not in cfg.variants]
     if unused:

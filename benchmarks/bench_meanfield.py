@@ -1,0 +1,105 @@
+"""What the ``meanfield`` variant costs a user, beside the reference closure ``rational``, in one run.
+
+1. ``featureode solve`` in a fresh process on an EMPTY cache (featureode's and numba's), built-in config (extended
+   basis), with ``--set ode.variants=[...]``: ``["rational"]`` against ``["rational", "meanfield"]``; the difference is
+   what meanfield adds end to end through the CLI.
+2. Warm, in this process: ``meanfield_trajectory`` against ``solve_variant(..., "rational")`` on the same kernel
+   theory, for a few suite-like cases (the modes it follows, the RK4 steps, CPU seconds). The first case of an
+   activation without a closed-form mean (tanh) also builds its table of means; that cost is shown apart.
+
+    python benchmarks/bench_meanfield.py [--out benchmarks/results/meanfield_benchmark.md]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from featureode.config import load_config  # noqa: E402
+from featureode.kernel.theory import kernel_theory  # noqa: E402
+from featureode.ode.meanfield import MeanTable, meanfield_trajectory  # noqa: E402
+from featureode.ode.solve import solve_variant  # noqa: E402
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+#: (label, target, activation, d, γ, t_max): the default run's target and three shapes of the wide suites
+CASES = [
+    ("staircase(2), relu, d = 16 (the built-in run)", "staircase(2)", "relu", 16, 0.5, 300.0),
+    ("z0*z1, erf, d = 16", "z0*z1", "erf", 16, 0.5, 400.0),
+    ("z0*z1, tanh, d = 16", "z0*z1", "tanh", 16, 0.5, 450.0),
+    ("h3(z0), relu, d = 16", "h3(z0)", "relu", 16, 0.5, 560.0),
+    ("z0*z1*z2, relu, d = 32", "z0*z1*z2", "relu", 32, 0.5, 1400.0),
+]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cold(variants: str) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**ENV, "FEATUREODE_CACHE_DIR": str(Path(tmp) / "cache"), "NUMBA_CACHE_DIR": str(Path(tmp) / "numba")}
+        cmd = [sys.executable, "-m", "featureode", "solve", "--set", f"ode.variants={variants}", "--out",
+               str(Path(tmp) / "out")]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
+        return time.perf_counter() - t0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "meanfield_benchmark.md")
+    args = p.parse_args()
+    lines = ["# `meanfield` against `rational`: cost", "",
+             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load before: {load()}. "
+             "One BLAS thread. Made by `python benchmarks/bench_meanfield.py`.", "",
+             "## Cold start through the CLI (fresh process, empty caches, built-in config, extended basis)", "",
+             "| `--set ode.variants=` | wall s |", "|---|---|"]
+    walls = {}
+    for variants in ('["rational"]', '["rational", "meanfield"]'):
+        walls[variants] = cold(variants)
+        lines.append(f"| `{variants}` | {walls[variants]:.1f} |")
+    added = walls['["rational", "meanfield"]'] - walls['["rational"]']
+    lines += ["", f"meanfield adds {added:.1f} s end to end.",
+              "", "## Warm, one process: the flow against the closure on the same kernel theory", "",
+              "| case | modes of the basis | modes followed / directions | RK4 steps | meanfield CPU s | "
+              "rational CPU s | table of means (first use) s |", "|---|---|---|---|---|---|---|"]
+    for label, target, act, d, gamma, t_max in CASES:
+        cfg = load_config().replace(target={"expr": target}, network={"activation": act, "richness": gamma},
+                                    data={"dim": d}, training={"t_max": t_max}, ode={"basis": "extended"})
+        theory = kernel_theory(cfg, with_gram=True)
+        table = ""
+        if act == "tanh":
+            before = len(MeanTable._splines)
+            c0 = time.process_time()
+            meanfield_trajectory(theory, 1e-3, t_min=1e-4, n_points=2, m=4)   # builds the tables, no steps worth counting
+            table = f"{time.process_time() - c0:.1f} ({len(MeanTable._splines) - before} orders)"
+        c0 = time.process_time()
+        mf = meanfield_trajectory(theory)
+        t_mf = time.process_time() - c0
+        solve_variant(theory, "rational")   # warm: the system built once per process
+        c0 = time.process_time()
+        solve_variant(theory, "rational")
+        t_rat = time.process_time() - c0
+        info = mf.meta["info"]
+        lines.append(f"| {label} | {len(theory.modes)} | {info['modes_kept']} / {info['directions']} | "
+                     f"{info['steps']} | {t_mf:.2f} | {t_rat:.3f} | {table} |")
+        print(lines[-1], flush=True)
+    lines += ["", f"Load after: {load()}.", ""]
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

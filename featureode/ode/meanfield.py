@@ -1,0 +1,276 @@
+"""``meanfield``: the network's infinite-width gradient flow, followed on a few coordinates per neuron (theory §6).
+
+Not a closure: no law for ``λ_β(t)``. The init neurons ``θ = (a, ŵ, b)`` of the meanfield network move along
+
+    dθ/dt = γ P ∇_θ (a Σ_{α∈S} R_α A_α(ŵ, b)),    A_α = ŵ^α m_{|α|}(b, |ŵ|)/sqrt(α!),    R = v − f,
+    f_α(t) = (E[a A_α(θ(t))] − E[a A_α(θ(0))])/γ,
+
+``P = diag(η_a, η_w g, η_b)`` (the parametrization's group rates), with ``S`` the modes of the theory's basis whose
+support lies in the target's directions ``T`` (the target and its companions, e.g. ``h3(z0)*z1`` for ``z0*z1``).
+``docs/validation/target_driven.md`` measured that these drivers give the loss of the flow with every mode driving
+within 0.01. Then a coordinate ``i ∉ T`` of ``ŵ`` moves as ``ŵ_i(t) = ŵ_i(0) e^{η_w g_i C(t)}``, with one scalar per
+neuron, ``dC/dt = γ a Σ_{α∈S} R_α ŵ^α m_{|α|+2}/sqrt(α!)``. A neuron is therefore ``(a, ŵ_T, b, C)``: ``|T| + 3``
+numbers for any ``d``. The coordinates outside ``T`` enter only through ``Σ_{i∉T} g_i^p ŵ_i(0)² e^{2 η_w g_i C}``
+(``p = 0`` in ``|ŵ|``, ``p = 1`` in the kernel). Both are taken as ``ξ Σ_{i∉T} g_i^{p+1} e^{2 η_w g_i C}``, with
+one random scalar ``ξ`` per neuron: ``Q(0)/E Q(0)``, a weighted sum of ``χ²_1``, given the Gamma law of its mean
+(1) and variance ``2 Σ g_i²/(Σ g_i)²``. That law is exact when the ``g_i`` outside ``T`` are equal. This is the
+one approximation beyond the drivers.
+
+The init law (``a ~ N(0, E[a²])``, ``ŵ_T ~ N(0, g_T)``, ``b ~ N(0, σ_b²)``, ``ξ``) is integrated by a scrambled
+Sobol' rule of ``2^m`` points with a fixed seed, so the result is deterministic. ``K(0)`` agrees with the exact
+quadrature of :func:`featureode.kernel.theory.kernel_theory` to the rule's error (``theory_tests/test_meanfield.py``).
+Time steps are RK4 with ``h = min(h_max, c/λ_max(K), max(t_min, t/4))``, ``h_max = 5``, ``c = 1.5`` (RK4 is
+stable up to ``h λ = 2.78``; ``λ_max`` is recomputed every 10 steps). Against ``c = 0.5``, ``h_max = 2`` the crossing
+times move by < 0.1% on the wide suite's ``h3(z0)``, rich ``staircase(3)`` and tanh ``z0*z1``, at a third of the steps. The means ``m_k`` come from the
+activation's closed form, or, without one, from its quadrature rule tabulated on ``(b, |ŵ|)`` and splined
+(:class:`MeanTable`). A neuron that leaves the table is an error, not an extrapolation.
+
+The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` on the theory's modes
+(``f = 0`` on the modes outside ``S``, which it does not follow; ``meta.info.modes_not_followed`` lists them), with
+``meta.parameter_free = true`` and ``meta.uses_measurements = false``. Cost: seconds to a minute on the suites'
+cases at ``m = 12`` (``docs/validation/reduced_flow.md``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+from scipy.interpolate import RectBivariateSpline
+from scipy.stats import gamma as gamma_law
+from scipy.stats import norm, qmc
+
+from featureode.calculus.activations import get_activation
+from featureode.core.errors import FeatureODEError
+from featureode.results.metrics import crossing_time, in_support_loss, relative_loss
+from featureode.results.trajectory import Status, Trajectory
+
+#: The variant name under which ``[ode] variants`` asks for this flow.
+MEANFIELD = "meanfield"
+#: Defaults: ``2^m`` Sobol' neurons, the largest RK4 step, the step's fraction of ``1/λ_max(K)`` and the most steps.
+MEANFIELD_DEFAULTS = {"m": 12, "h_max": 5.0, "c": 1.5, "max_steps": 20000}
+
+
+class MeanFieldError(FeatureODEError, ValueError):
+    """A mean-field flow that cannot be followed: bad settings, a parametrization it does not cover, a neuron outside
+    the table of means, or a non-finite state. The message names the value and the fix."""
+
+
+class MeanTable:
+    """``m_k(b, s)`` of an activation without a closed-form mean: its quadrature rule (``Activation.mean_numpy``)
+    on ``b ∈ [−8, 8]`` (121 points) × ``s ∈ [0.05, 10]`` (100 points, log-spaced), one bicubic spline per order,
+    built once per process."""
+
+    B = np.linspace(-8.0, 8.0, 121)
+    S = np.geomspace(0.05, 10.0, 100)
+    _splines: dict[tuple[str, int], RectBivariateSpline] = {}
+
+    def __init__(self, act: Any) -> None:
+        self.act = act
+
+    def __call__(self, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+        key = (self.act.name, k)
+        spline = self._splines.get(key)
+        if spline is None:
+            bb, ss = np.meshgrid(self.B, self.S, indexing="ij")
+            with np.errstate(all="ignore"):
+                vals = self.act.mean_numpy(k)(bb.ravel(), ss.ravel()).reshape(bb.shape)
+            if not np.all(np.isfinite(vals)):
+                raise MeanFieldError(f"meanfield: m_{k} of {self.act.name} is not finite on its table "
+                                     "(b in [-8, 8], |w| in [0.05, 10]); this activation needs a closed-form mean")
+            spline = self._splines[key] = RectBivariateSpline(self.B, self.S, vals, kx=3, ky=3)
+        if b.min() < self.B[0] or b.max() > self.B[-1] or s.min() < self.S[0] or s.max() > self.S[-1]:
+            raise MeanFieldError(f"meanfield: a neuron left the table of m_k of {self.act.name} (b in "
+                                 f"[{b.min():.3g}, {b.max():.3g}], |w| in [{s.min():.3g}, {s.max():.3g}]; the "
+                                 "table holds |b| ≤ 8, 0.05 ≤ |w| ≤ 10); shorten t_max or lower the richness γ")
+        return np.asarray(spline.ev(b, s))
+
+
+def _means(activation: str) -> Callable[[int, np.ndarray, np.ndarray], np.ndarray]:
+    act = get_activation(activation)
+    if act.mean0 is not None:
+        return lambda k, b, s: act.mean_numpy(k)(b, s)
+    return MeanTable(act)
+
+
+class ReducedFlow:
+    """The flow of the module docstring on ``2^m`` Sobol' init neurons: ``g`` the spectrum, ``modes``/``v`` the
+    basis and the target on it, ``gamma`` γ, ``rates`` ``(η_a, η_w, η_b)``, ``readout_variance`` ``E[a²]``."""
+
+    def __init__(self, g: np.ndarray, modes: list, v: np.ndarray, gamma: float, bias_std: float, activation: str,
+                 m: int = 12, rates: tuple[float, float, float] = (1.0, 1.0, 1.0), readout_variance: float = 1.0,
+                 seed: int = 0) -> None:
+        g, v = np.asarray(g, dtype=float), np.asarray(v, dtype=float)
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 4 <= m <= 20:
+            raise MeanFieldError(f"meanfield: m = {m!r} is not an integer in 4..20 (2^m init neurons; 12 is the "
+                                 "default)")
+        if not (math.isfinite(gamma) and gamma > 0):
+            raise MeanFieldError(f"meanfield: the richness γ = {gamma!r} must be a finite number > 0")
+        if not np.any(v):
+            raise MeanFieldError("meanfield: the target is zero on every mode, so L/L(0) is undefined; give a "
+                                 "nonzero target")
+        T = sorted({i for mode, x in zip(modes, v) if x != 0.0 for i in mode.support})
+        self.keep = [k for k, mode in enumerate(modes) if set(mode.support) <= set(T)]
+        self.modes = [modes[k] for k in self.keep]
+        self.v = v[self.keep]
+        self.gamma, self.T = float(gamma), T
+        self.eta = tuple(float(x) for x in rates)
+        self.gT = g[T] * self.eta[1]             # the metric of ŵ_T: η_w g
+        self.gperp = np.delete(g, T)
+        pos = {i: j for j, i in enumerate(T)}
+        self.items = [[(pos[i], n) for i, n in mode.items] for mode in self.modes]
+        self.fact = np.array([math.sqrt(math.prod(math.factorial(n) for _, n in mode.items)) for mode in self.modes])
+        self.deg = [mode.degree for mode in self.modes]
+        self.orders = sorted({q + j for q in self.deg for j in (0, 1, 2)})
+        self._mean = _means(activation)
+        k = len(T)
+        dims = 1 + k + (bias_std > 0) + (self.gperp.size > 0)
+        u = np.clip(qmc.Sobol(dims, scramble=True, seed=seed).random_base2(m), 1e-12, 1 - 1e-12)
+        a = math.sqrt(readout_variance) * norm.ppf(u[:, 0])
+        W = norm.ppf(u[:, 1:1 + k]) * np.sqrt(g[T])
+        col, b = 1 + k, np.zeros(u.shape[0])
+        if bias_std > 0:
+            b, col = bias_std * norm.ppf(u[:, col]), col + 1
+        self.xi = np.zeros(u.shape[0])
+        if self.gperp.size:
+            shape = float(self.gperp.sum() ** 2 / (2 * (self.gperp**2).sum()))
+            self.xi = gamma_law.ppf(u[:, col], shape, scale=1 / shape)
+        self.state0 = (a, W, b, np.zeros(u.shape[0]))
+        self.phi0 = (a[:, None] * self._parts(self.state0)[0]).mean(0)
+
+    def _perp(self, C: np.ndarray, power: int) -> np.ndarray:
+        """``ξ Σ_{i∉T} g_i^power e^{2 η_w g_i C}`` per neuron."""
+        if not self.gperp.size:
+            return np.zeros_like(C)
+        return self.xi * (np.exp(2 * self.eta[1] * np.outer(C, self.gperp)) @ self.gperp**power)
+
+    def _parts(self, state: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``A (n, M)``, ``∂A/∂ŵ_T (n, M, k)``, ``∂A/∂b (n, M)`` and ``A' = ŵ^α m_{|α|+2}/sqrt(α!)`` (n, M)."""
+        _, W, b, C = state
+        s = np.sqrt((W**2).sum(1) + self._perp(C, 1))
+        m = {q: self._mean(q, b, s) for q in self.orders}
+        n, k = W.shape
+        M = len(self.modes)
+        A, dW, db, dperp = np.empty((n, M)), np.zeros((n, M, k)), np.empty((n, M)), np.empty((n, M))
+        for j, (items, q) in enumerate(zip(self.items, self.deg)):
+            val = np.ones(n) / self.fact[j]
+            for i, e in items:
+                val = val * W[:, i] ** e
+            A[:, j], db[:, j], dperp[:, j] = val * m[q], val * m[q + 1], val * m[q + 2]
+            dW[:, j, :] = dperp[:, j][:, None] * W
+            for i, e in items:
+                rest = np.ones(n) / self.fact[j]
+                for i2, e2 in items:
+                    rest = rest * (W[:, i2] ** e2 if i2 != i else e2 * W[:, i2] ** (e2 - 1))
+                dW[:, j, i] += rest * m[q]
+        return A, dW, db, dperp
+
+    def f(self, state: tuple) -> np.ndarray:
+        """``f_α`` on ``S``."""
+        return ((state[0][:, None] * self._parts(state)[0]).mean(0) - self.phi0) / self.gamma
+
+    def velocity(self, state: tuple) -> tuple[np.ndarray, ...]:
+        """``d(a, ŵ_T, b, C)/dt``."""
+        a = state[0]
+        A, dW, db, dperp = self._parts(state)
+        R = self.v - ((a[:, None] * A).mean(0) - self.phi0) / self.gamma
+        ga = self.gamma * a
+        ea, _, eb = self.eta
+        return (ea * self.gamma * (A @ R), ga[:, None] * np.einsum("nkd,k->nd", dW, R) * self.gT,
+                eb * ga * (db @ R), ga * (dperp @ R))
+
+    def gram(self, state: tuple) -> np.ndarray:
+        """``K_βα = E[⟨P^{1/2}∇(a A_β), P^{1/2}∇(a A_α)⟩]`` on ``S``."""
+        a, _, _, C = state
+        A, dW, db, dperp = self._parts(state)
+        ea, ew, eb = self.eta
+        u = np.concatenate([math.sqrt(ea) * A[:, :, None], (a[:, None, None] * np.sqrt(self.gT)) * dW,
+                            math.sqrt(eb) * (a[:, None] * db)[:, :, None],
+                            (a * np.sqrt(ew * self._perp(C, 2)))[:, None, None] * dperp[:, :, None]], 2)
+        return np.tensordot(u, u, axes=([0, 2], [0, 2])) / u.shape[0]
+
+    def step(self, state: tuple, h: float) -> tuple:
+        """One RK4 step of length ``h``."""
+        k1 = self.velocity(state)
+        k2 = self.velocity(tuple(x + h / 2 * k for x, k in zip(state, k1)))
+        k3 = self.velocity(tuple(x + h / 2 * k for x, k in zip(state, k2)))
+        k4 = self.velocity(tuple(x + h * k for x, k in zip(state, k3)))
+        return tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(state, k1, k2, k3, k4))
+
+    def run(self, t_max: float, t_min: float = 0.01, h_max: float = 5.0, c: float = 1.5, max_steps: int = 20000,
+            every: int = 10, stop_loss: float = 0.0) -> tuple[np.ndarray, np.ndarray, str | None]:
+        """``f`` on ``S`` at the steps' times until ``t_max`` (or a loss ``≤ stop_loss``), with the reason it
+        stopped early (``None`` when it reached ``t_max``)."""
+        state, t, steps, h = self.state0, 0.0, 0, h_max
+        ts, fs = [0.0], [np.zeros_like(self.v)]
+        norm2 = float((self.v**2).sum())
+        while t < t_max:
+            if steps >= max_steps:
+                return np.array(ts), np.array(fs), (f"stopped after max_steps = {max_steps} RK4 steps at "
+                                                    f"t = {t:.4g}; raise max_steps or shorten t_max")
+            if steps % every == 0:
+                lam = float(np.linalg.eigvalsh(self.gram(state)).max())
+            h = min(h_max, c / lam, max(t_min, t / 4), t_max - t)
+            state = self.step(state, h)
+            t += h
+            steps += 1
+            f = self.f(state)
+            if not np.all(np.isfinite(f)):
+                return np.array(ts), np.array(fs), f"the state became non-finite at t ≈ {t:.4g}"
+            ts.append(t)
+            fs.append(f)
+            if stop_loss > 0 and float(((self.v - f) ** 2).sum()) / norm2 <= stop_loss:
+                break
+        return np.array(ts), np.array(fs), None
+
+
+def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: float | None = None,
+                         n_points: int | None = None, m: int = 12, h_max: float = 5.0, c: float = 1.5,
+                         max_steps: int = 20000, seed: int = 0) -> Trajectory:
+    """Follow the mean-field flow of the module docstring for ``theory`` (a
+    :class:`~featureode.kernel.theory.KernelTheory` of the meanfield parametrization) up to ``t_max`` (default: the
+    theory's config's) and return its curve on ``n_points`` log-spaced times from ``t_min`` (plus ``t = 0``).
+
+    The loss is ``Σ_{α∈S} R_α²/Σ v²``. A run that stops early (non-finite state, ``max_steps``) keeps its curve
+    with ``status.error`` set. Bad settings, or a parametrization other than meanfield, raise
+    :class:`MeanFieldError`.
+    """
+    own = dict(getattr(theory, "settings", None) or {})
+    t_max = own.get("t_max") if t_max is None else t_max
+    if t_max is None or not (isinstance(t_max, (int, float)) and math.isfinite(t_max) and t_max > 0):
+        raise MeanFieldError(f"meanfield: t_max = {t_max!r} must be a finite time > 0 (give t_max=…, or build the "
+                             "theory with kernel_theory(cfg))")
+    t_min = float(t_min if t_min is not None else min(own.get("t_min", 0.01), t_max / 10))
+    n_points = int(n_points if n_points is not None else own.get("n_points", 200))
+    par = theory.parametrization
+    if getattr(par, "name", "") != "meanfield":
+        raise MeanFieldError(f"meanfield: the flow is derived for the meanfield parametrization, this theory has "
+                             f"{getattr(par, 'name', par)!r}; use a closure variant (e.g. rational) instead")
+    if not (isinstance(h_max, (int, float)) and h_max > 0 and isinstance(c, (int, float)) and 0 < c <= 2.5):
+        raise MeanFieldError(f"meanfield: need h_max > 0 and 0 < c ≤ 2.5 (RK4 is stable for h λ_max < 2.78), got "
+                             f"h_max = {h_max!r}, c = {c!r}")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise MeanFieldError(f"meanfield: max_steps = {max_steps!r} must be an integer ≥ 1")
+    start = time.perf_counter()
+    flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
+                       float(theory.gamma), float(theory.bias_std), str(theory.activation), m=m,
+                       rates=par.part_weights(), readout_variance=par.readout_variance, seed=seed)
+    ts, fs, error = flow.run(float(t_max), t_min=t_min, h_max=float(h_max), c=float(c), max_steps=max_steps)
+    loss = relative_loss(fs, flow.v)
+    t50, t10 = crossing_time(ts, loss, 0.5), crossing_time(ts, loss, 0.1)
+    grid = np.concatenate([[0.0], np.geomspace(t_min, float(t_max), n_points)])
+    grid = grid[grid <= ts[-1]]
+    v_all = np.asarray(theory.target, float)
+    f_out = np.zeros((grid.size, v_all.size))   # the modes outside S are not followed: f = 0 there (meta names them)
+    for j, k in enumerate(flow.keep):
+        f_out[:, k] = np.interp(grid, ts, fs[:, j])
+    info = {"variant": MEANFIELD, "basis": getattr(theory, "basis", None), "modes_kept": len(flow.modes),
+            "modes_of_basis": len(theory.modes), "directions": len(flow.T), "neurons": 2**m, "rule": "scrambled Sobol'",
+            "modes_not_followed": [str(x) for k, x in enumerate(theory.modes) if k not in flow.keep],
+            "seed": seed, "steps": len(ts) - 1, "h_max": h_max, "c": c, "seconds": time.perf_counter() - start}
+    return Trajectory("ode", MEANFIELD, tuple(str(x) for x in theory.modes), v_all, grid, relative_loss(f_out, v_all),
+                      f=f_out, in_support_loss=in_support_loss(f_out, v_all), t50=t50, t10=t10,
+                      meta={"info": info, "parameter_free": True, "uses_measurements": False},
+                      status=Status(complete=error is None, reached_t=float(ts[-1]),
+                                    error=None if error is None else f"variant 'meanfield': {error}"))
