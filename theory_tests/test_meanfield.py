@@ -101,7 +101,10 @@ def test_solve_config_places_meanfield_and_saves_it(tmp_path):
     assert np.all(np.isfinite(mf.loss)) and mf.loss[0] == pytest.approx(1.0) and mf.loss[-1] < 0.5
     assert mf.t50 is not None and mf.t50 > 0
     info = mf.meta["info"]
-    assert info["modes_kept"] + len(info["modes_not_followed"]) == len(result.modes)
+    assert info["modes_kept"] + len(info["modes_projected"]) + len(info["modes_zero_by_symmetry"]) == len(result.modes)
+    assert "z0*z1*h2(z2)" in info["modes_projected"]
+    k = result.modes.index("z0*z1*h2(z2)")       # projected, not driven: small, positive growth from 0
+    assert mf.f[0, k] == 0.0 and 0 < np.max(np.abs(mf.f[:, k])) < 0.1
     back = ODEResult.load(tmp_path)
     np.testing.assert_allclose(back.variants["meanfield"].loss, mf.loss)
 

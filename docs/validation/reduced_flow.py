@@ -74,7 +74,7 @@ def main() -> int:
             kerr = float(np.max(np.abs(K0 - exact)) / np.max(np.abs(exact)))
             c0 = time.process_time()
             ts, fs, stop = flow.run(t_max, h_max=args.h_max, c=args.c, max_steps=args.max_steps, stop_loss=0.05)
-            loss, steps = ((flow.v - fs) ** 2).sum(1) / (flow.v**2).sum(), len(ts) - 1
+            loss, steps = ((flow.v_all - fs) ** 2).sum(1) / (flow.v_all**2).sum(), len(ts) - 1
             cpu = time.process_time() - c0
             red = (ratio(crossing(ts, loss, 0.5), m50), ratio(crossing(ts, loss, 0.1), m10))
             limit = f" ({stop})" if stop else ""
@@ -83,7 +83,7 @@ def main() -> int:
             if args.check:
                 f2 = ReducedFlow(g, modes, v, gamma, sb, act, m=args.m + 1)
                 ts2, fs2, _ = f2.run(t_max, h_max=args.h_max, c=args.c, max_steps=args.max_steps, stop_loss=0.05)
-                loss2 = ((f2.v - fs2) ** 2).sum(1) / (f2.v**2).sum()
+                loss2 = ((f2.v_all - fs2) ** 2).sum(1) / (f2.v_all**2).sum()
                 cells.append(f"{fmt(ratio(crossing(ts2, loss2, 0.5), m50))} / "
                              f"{fmt(ratio(crossing(ts2, loss2, 0.1), m10))}")
             cells.append(f"{steps} steps, {cpu:.1f} s{limit}")

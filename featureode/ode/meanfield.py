@@ -21,14 +21,20 @@ Sobol' rule of ``2^m`` points with a fixed seed, so the result is deterministic.
 quadrature of :func:`featureode.kernel.theory.kernel_theory` to the rule's error (``theory_tests/test_meanfield.py``).
 Time steps are RK4 with ``h = min(h_max, c/λ_max(K), max(t_min, t/4))``, ``h_max = 5``, ``c = 1.5`` (RK4 is
 stable up to ``h λ = 2.78``; ``λ_max`` is recomputed every 10 steps). Against ``c = 0.5``, ``h_max = 2`` the crossing
-times move by < 0.1% on the wide suite's ``h3(z0)``, rich ``staircase(3)`` and tanh ``z0*z1``, at a third of the steps. The means ``m_k`` come from the
-activation's closed form, or, without one, from its quadrature rule tabulated on ``(b, |ŵ|)`` and splined
-(:class:`MeanTable`). A neuron that leaves the table is an error, not an extrapolation.
+times move by < 0.1% on the wide suite's ``h3(z0)``, rich ``staircase(3)`` and tanh ``z0*z1``, at a third of the
+steps. The means ``m_k`` come from the activation's closed form, or, without one, from its quadrature rule
+tabulated on ``(b, |ŵ|)`` and splined (:class:`MeanTable`). A neuron that leaves the table is an error, not an
+extrapolation.
 
-The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` on the theory's modes
-(``f = 0`` on the modes outside ``S``, which it does not follow; ``meta.info.modes_not_followed`` lists them), with
-``meta.parameter_free = true`` and ``meta.uses_measurements = false``. Cost: seconds to a minute on the suites'
-cases at ``m = 12`` (``docs/validation/reduced_flow.md``).
+The modes of the basis outside ``S`` do not drive; their ``f`` is what the neurons project on them. It is 0 where a
+coordinate outside ``T`` has an odd power (the flow is even in each such coordinate), and otherwise each even power
+is given its Gaussian moment at the neuron's scale ``ξ``: ``ŵ_i^n → (n − 1)!! (ξ g_i)^{n/2} e^{n η_w g_i C}``
+(``z0*z1*h2(z5)`` for ``z0*z1``). The loss is ``Σ_α (v_α − f_α)²/Σ v²`` over the whole basis, as for the closures.
+
+The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` on the theory's modes, with
+``meta.parameter_free = true`` and ``meta.uses_measurements = false`` (``meta.info`` lists the modes followed,
+projected and zero by symmetry). Cost: seconds to a few minutes on the suites' cases at ``m = 12``
+(``docs/validation/reduced_flow.md``).
 """
 from __future__ import annotations
 
@@ -113,7 +119,11 @@ class ReducedFlow:
         T = sorted({i for mode, x in zip(modes, v) if x != 0.0 for i in mode.support})
         self.keep = [k for k, mode in enumerate(modes) if set(mode.support) <= set(T)]
         self.modes = [modes[k] for k in self.keep]
-        self.v = v[self.keep]
+        self.v, self.v_all = v[self.keep], v
+        # the other modes of the basis: f = 0 where a coordinate outside T has an odd power (the flow is even in
+        # it); the rest are projected, not driven (``off``)
+        self.off = [k for k, mode in enumerate(modes) if k not in self.keep
+                    and all(n % 2 == 0 for i, n in mode.items if i not in T)]
         self.gamma, self.T = float(gamma), T
         self.eta = tuple(float(x) for x in rates)
         self.gT = g[T] * self.eta[1]             # the metric of ŵ_T: η_w g
@@ -123,6 +133,10 @@ class ReducedFlow:
         self.fact = np.array([math.sqrt(math.prod(math.factorial(n) for _, n in mode.items)) for mode in self.modes])
         self.deg = [mode.degree for mode in self.modes]
         self.orders = sorted({q + j for q in self.deg for j in (0, 1, 2)})
+        self.off_items = [([(pos[i], n) for i, n in modes[k].items if i in pos],
+                           [(float(g[i]), n) for i, n in modes[k].items if i not in pos],
+                           math.sqrt(math.prod(math.factorial(n) for _, n in modes[k].items)), modes[k].degree)
+                          for k in self.off]
         self._mean = _means(activation)
         k = len(T)
         dims = 1 + k + (bias_std > 0) + (self.gperp.size > 0)
@@ -138,6 +152,7 @@ class ReducedFlow:
             self.xi = gamma_law.ppf(u[:, col], shape, scale=1 / shape)
         self.state0 = (a, W, b, np.zeros(u.shape[0]))
         self.phi0 = (a[:, None] * self._parts(self.state0)[0]).mean(0)
+        self.phi0_off = self._off_projections(self.state0)
 
     def _perp(self, C: np.ndarray, power: int) -> np.ndarray:
         """``ξ Σ_{i∉T} g_i^power e^{2 η_w g_i C}`` per neuron."""
@@ -170,6 +185,36 @@ class ReducedFlow:
         """``f_α`` on ``S``."""
         return ((state[0][:, None] * self._parts(state)[0]).mean(0) - self.phi0) / self.gamma
 
+    def _off_projections(self, state: tuple) -> np.ndarray:
+        """``E[a A_α]`` of the modes ``off``: ``A_α = ŵ_T^{α_T} Π_{i∉T} ŵ_i^{n_i} m_{|α|}/sqrt(α!)`` with each even
+        power of a coordinate outside T given its Gaussian moment at the scale ``ξ``:
+        ``ŵ_i^{n} → (n − 1)!! (ξ g_i)^{n/2} e^{n η_w g_i C}``."""
+        if not self.off:
+            return np.zeros(0)
+        a, W, b, C = state
+        s = np.sqrt((W**2).sum(1) + self._perp(C, 1))
+        means: dict[int, np.ndarray] = {}
+        out = np.empty(len(self.off))
+        for j, (items_T, items_perp, fact, q) in enumerate(self.off_items):
+            if q not in means:
+                means[q] = self._mean(q, b, s)
+            val = a * means[q] / fact
+            for i, n in items_T:
+                val = val * W[:, i] ** n
+            for gi, n in items_perp:
+                val = val * (math.prod(range(n - 1, 0, -2)) * (self.xi * gi) ** (n // 2)
+                             * np.exp(n * self.eta[1] * gi * C))
+            out[j] = val.mean()
+        return out
+
+    def f_all(self, state: tuple) -> np.ndarray:
+        """``f_α`` on every mode of the basis: ``S`` followed, ``off`` projected, 0 on the odd ones."""
+        out = np.zeros(self.v_all.size)
+        out[self.keep] = self.f(state)
+        if self.off:
+            out[self.off] = (self._off_projections(state) - self.phi0_off) / self.gamma
+        return out
+
     def velocity(self, state: tuple) -> tuple[np.ndarray, ...]:
         """``d(a, ŵ_T, b, C)/dt``."""
         a = state[0]
@@ -200,11 +245,11 @@ class ReducedFlow:
 
     def run(self, t_max: float, t_min: float = 0.01, h_max: float = 5.0, c: float = 1.5, max_steps: int = 20000,
             every: int = 10, stop_loss: float = 0.0) -> tuple[np.ndarray, np.ndarray, str | None]:
-        """``f`` on ``S`` at the steps' times until ``t_max`` (or a loss ``≤ stop_loss``), with the reason it
-        stopped early (``None`` when it reached ``t_max``)."""
+        """``f`` on every mode of the basis (:meth:`f_all`) at the steps' times until ``t_max`` (or a loss
+        ``≤ stop_loss``), with the reason it stopped early (``None`` when it reached ``t_max``)."""
         state, t, steps, h = self.state0, 0.0, 0, h_max
-        ts, fs = [0.0], [np.zeros_like(self.v)]
-        norm2 = float((self.v**2).sum())
+        ts, fs = [0.0], [np.zeros_like(self.v_all)]
+        norm2 = float((self.v_all**2).sum())
         while t < t_max:
             if steps >= max_steps:
                 return np.array(ts), np.array(fs), (f"stopped after max_steps = {max_steps} RK4 steps at "
@@ -215,12 +260,12 @@ class ReducedFlow:
             state = self.step(state, h)
             t += h
             steps += 1
-            f = self.f(state)
+            f = self.f_all(state)
             if not np.all(np.isfinite(f)):
                 return np.array(ts), np.array(fs), f"the state became non-finite at t ≈ {t:.4g}"
             ts.append(t)
             fs.append(f)
-            if stop_loss > 0 and float(((self.v - f) ** 2).sum()) / norm2 <= stop_loss:
+            if stop_loss > 0 and float(((self.v_all - f) ** 2).sum()) / norm2 <= stop_loss:
                 break
         return np.array(ts), np.array(fs), None
 
@@ -232,9 +277,9 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     :class:`~featureode.kernel.theory.KernelTheory` of the meanfield parametrization) up to ``t_max`` (default: the
     theory's config's) and return its curve on ``n_points`` log-spaced times from ``t_min`` (plus ``t = 0``).
 
-    The loss is ``Σ_{α∈S} R_α²/Σ v²``. A run that stops early (non-finite state, ``max_steps``) keeps its curve
-    with ``status.error`` set. Bad settings, or a parametrization other than meanfield, raise
-    :class:`MeanFieldError`.
+    The loss is ``Σ_α (v_α − f_α)²/Σ v²`` on the whole basis. A run that stops early (non-finite state,
+    ``max_steps``) keeps its curve with ``status.error`` set. Bad settings, or a parametrization other than
+    meanfield, raise :class:`MeanFieldError`.
     """
     own = dict(getattr(theory, "settings", None) or {})
     t_max = own.get("t_max") if t_max is None else t_max
@@ -257,17 +302,17 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
                        float(theory.gamma), float(theory.bias_std), str(theory.activation), m=m,
                        rates=par.part_weights(), readout_variance=par.readout_variance, seed=seed)
     ts, fs, error = flow.run(float(t_max), t_min=t_min, h_max=float(h_max), c=float(c), max_steps=max_steps)
-    loss = relative_loss(fs, flow.v)
+    v_all = flow.v_all
+    loss = relative_loss(fs, v_all)
     t50, t10 = crossing_time(ts, loss, 0.5), crossing_time(ts, loss, 0.1)
     grid = np.concatenate([[0.0], np.geomspace(t_min, float(t_max), n_points)])
     grid = grid[grid <= ts[-1]]
-    v_all = np.asarray(theory.target, float)
-    f_out = np.zeros((grid.size, v_all.size))   # the modes outside S are not followed: f = 0 there (meta names them)
-    for j, k in enumerate(flow.keep):
-        f_out[:, k] = np.interp(grid, ts, fs[:, j])
+    f_out = np.stack([np.interp(grid, ts, fs[:, j]) for j in range(v_all.size)], 1)
     info = {"variant": MEANFIELD, "basis": getattr(theory, "basis", None), "modes_kept": len(flow.modes),
             "modes_of_basis": len(theory.modes), "directions": len(flow.T), "neurons": 2**m, "rule": "scrambled Sobol'",
-            "modes_not_followed": [str(x) for k, x in enumerate(theory.modes) if k not in flow.keep],
+            "modes_projected": [str(theory.modes[k]) for k in flow.off],
+            "modes_zero_by_symmetry": [str(x) for k, x in enumerate(theory.modes)
+                                       if k not in flow.keep and k not in flow.off],
             "seed": seed, "steps": len(ts) - 1, "h_max": h_max, "c": c, "seconds": time.perf_counter() - start}
     return Trajectory("ode", MEANFIELD, tuple(str(x) for x in theory.modes), v_all, grid, relative_loss(f_out, v_all),
                       f=f_out, in_support_loss=in_support_loss(f_out, v_all), t50=t50, t10=t10,
