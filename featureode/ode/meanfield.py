@@ -46,6 +46,7 @@ import numpy as np
 from scipy.interpolate import RectBivariateSpline
 from scipy.stats import gamma as gamma_law
 from scipy.stats import norm, qmc
+from sympy import srepr as sp_srepr
 
 from featureode.calculus.activations import get_activation
 from featureode.core.errors import FeatureODEError
@@ -54,6 +55,8 @@ from featureode.results.trajectory import Status, Trajectory
 
 #: The variant name under which ``[ode] variants`` asks for this flow.
 MEANFIELD = "meanfield"
+#: Version of the cached tables of means (:class:`MeanTable`): bump it when the rule that fills them changes.
+TABLE_VERSION = 1
 #: Defaults: ``2^m`` Sobol' neurons, the largest RK4 step, the step's fraction of ``1/λ_max(K)`` and the most steps.
 MEANFIELD_DEFAULTS = {"m": 12, "h_max": 5.0, "c": 1.5, "max_steps": 20000}
 
@@ -65,31 +68,59 @@ class MeanFieldError(FeatureODEError, ValueError):
 
 class MeanTable:
     """``m_k(b, s)`` of an activation without a closed-form mean: its quadrature rule (``Activation.mean_numpy``)
-    on ``b ∈ [−8, 8]`` (121 points) × ``s ∈ [0.05, 10]`` (100 points, log-spaced), one bicubic spline per order,
-    built once per process."""
+    on a table of ``b ∈ [−24, 24]`` (141 points, ``3 sinh``-spaced: 0.12 apart near 0, 1 apart at the ends) ×
+    ``s ∈ [0.02, 30]`` (120 points, log-spaced), one bicubic spline per order. A table is computed once per
+    machine and kept in the cache (:func:`featureode.core.cache.cache_dir`, named by a hash of the activation's
+    SymPy expression, the order and the grid), so a later process only reads it."""
 
-    B = np.linspace(-8.0, 8.0, 121)
-    S = np.geomspace(0.05, 10.0, 100)
+    B = 3.0 * np.sinh(np.linspace(-math.asinh(8.0), math.asinh(8.0), 141))
+    S = np.geomspace(0.02, 30.0, 120)
     _splines: dict[tuple[str, int], RectBivariateSpline] = {}
 
     def __init__(self, act: Any) -> None:
         self.act = act
 
+    def values(self, k: int) -> np.ndarray:
+        """The table of ``m_k`` on ``B × S``, from the cache or computed (and then cached)."""
+        import hashlib
+        import io
+
+        from featureode.core.cache import atomic_bytes, cache_dir
+
+        key = hashlib.sha256(f"{TABLE_VERSION}|{sp_srepr(self.act.expr)}|{k}|{self.B.tobytes().hex()}|"
+                             f"{self.S.tobytes().hex()}".encode()).hexdigest()[:24]
+        path = cache_dir() / f"meanfield_table_{key}.npy"
+        try:
+            vals = np.load(path, allow_pickle=False)
+            if vals.shape == (self.B.size, self.S.size) and np.all(np.isfinite(vals)):
+                return vals
+        except (OSError, ValueError):
+            pass
+        bb, ss = np.meshgrid(self.B, self.S, indexing="ij")
+        with np.errstate(all="ignore"):
+            vals = self.act.mean_numpy(k)(bb.ravel(), ss.ravel()).reshape(bb.shape)
+        if not np.all(np.isfinite(vals)):
+            raise MeanFieldError(f"meanfield: m_{k} of {self.act.name} is not finite on its table (b in "
+                                 f"[{self.B[0]:.0f}, {self.B[-1]:.0f}], |w| in [{self.S[0]}, {self.S[-1]:.0f}]); "
+                                 "this activation needs a closed-form mean")
+        buf = io.BytesIO()
+        np.save(buf, vals, allow_pickle=False)
+        try:
+            atomic_bytes(path, buf.getvalue(), durable=False)
+        except OSError:
+            pass   # a read-only cache: the table is only recomputed next time
+        return vals
+
     def __call__(self, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
         key = (self.act.name, k)
         spline = self._splines.get(key)
         if spline is None:
-            bb, ss = np.meshgrid(self.B, self.S, indexing="ij")
-            with np.errstate(all="ignore"):
-                vals = self.act.mean_numpy(k)(bb.ravel(), ss.ravel()).reshape(bb.shape)
-            if not np.all(np.isfinite(vals)):
-                raise MeanFieldError(f"meanfield: m_{k} of {self.act.name} is not finite on its table "
-                                     "(b in [-8, 8], |w| in [0.05, 10]); this activation needs a closed-form mean")
-            spline = self._splines[key] = RectBivariateSpline(self.B, self.S, vals, kx=3, ky=3)
+            spline = self._splines[key] = RectBivariateSpline(self.B, self.S, self.values(k), kx=3, ky=3)
         if b.min() < self.B[0] or b.max() > self.B[-1] or s.min() < self.S[0] or s.max() > self.S[-1]:
             raise MeanFieldError(f"meanfield: a neuron left the table of m_k of {self.act.name} (b in "
                                  f"[{b.min():.3g}, {b.max():.3g}], |w| in [{s.min():.3g}, {s.max():.3g}]; the "
-                                 "table holds |b| ≤ 8, 0.05 ≤ |w| ≤ 10); shorten t_max or lower the richness γ")
+                                 f"table holds |b| ≤ {self.B[-1]:.0f}, {self.S[0]} ≤ |w| ≤ {self.S[-1]:.0f}); "
+                                 "shorten t_max or lower the richness γ")
         return np.asarray(spline.ev(b, s))
 
 

@@ -226,7 +226,9 @@ def _ode_outcome(task: RunTask, cfg: Config, result: Any) -> RunOutcome:
         fresh = True
     except FileExistsError:
         fresh = False
-    curves = {n: {"t": tr.t, "loss": tr.loss, "in_support_loss": tr.in_support_loss}
+    # a variant that failed before any curve (Trajectory.failed) has no in-support loss: an empty column, not None
+    curves = {n: {"t": tr.t, "loss": tr.loss,
+                  "in_support_loss": tr.in_support_loss if tr.in_support_loss is not None else tr.loss}
               for n, tr in result.variants.items()}
     with locked(folder):
         if not fresh:   # this solve supersedes every ODE and report file there; a simulation of cfg's network stays
