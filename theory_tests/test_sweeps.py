@@ -419,3 +419,18 @@ def test_ode_only_runs_solved_in_batches_equal_runs_solved_alone(tmp_path, monke
     assert seen == [2, 2, 2, 2] and not res.failed
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "fallback" / "results.csv"),
                                   pd.read_csv(tmp_path / "batched" / "results.csv"))
+
+
+def test_curves_of_a_variant_that_failed_before_any_curve(tmp_path):
+    """An ODE-only run where one variant failed before producing a curve (Trajectory.failed: no in-support loss)
+    still writes the sweep's curve file; its rows are the working variant's."""
+    import numpy as np
+
+    from featureode.workflow.table import read_curves, write_curves
+
+    ok = {"t": np.array([0.0, 1.0]), "loss": np.array([1.0, 0.5]), "in_support_loss": np.array([1.0, 0.4])}
+    failed = {"t": np.zeros(0), "loss": np.zeros(0), "in_support_loss": None}
+    write_curves(tmp_path, [RunOutcome("point_x", 0, curves={"rational": ok, "meanfield": failed})])
+    df = read_curves(tmp_path)
+    assert list(df["variant"]) == ["rational", "rational"]
+    np.testing.assert_allclose(df["in_support_loss"], [1.0, 0.4])

@@ -244,8 +244,8 @@ def _curve_columns(outcomes: Sequence[RunOutcome]) -> dict[str, np.ndarray]:
             n = len(c["t"])
             runs.append(np.full(n, str(Path("runs") / o.name), dtype=object))
             variants.append(np.full(n, name, dtype=object))
-            for k in cols:
-                cols[k].append(np.asarray(c[k], dtype=float))
+            for k in cols:   # a variant that failed before any curve may have no in-support loss
+                cols[k].append(np.full(n, np.nan) if c.get(k) is None else np.asarray(c[k], dtype=float))
     if not runs:
         return {k: np.zeros(0, dtype=object if k in ("run", "variant") else float) for k in CURVE_COLUMNS}
     return {"run": np.concatenate(runs), "variant": np.concatenate(variants),
