@@ -68,17 +68,20 @@ class MeanFieldError(FeatureODEError, ValueError):
 
 class MeanTable:
     """``m_k(b, s)`` of an activation without a closed-form mean: its quadrature rule (``Activation.mean_numpy``)
-    on a table of ``b ∈ [−24, 24]`` (141 points, ``3 sinh``-spaced: 0.12 apart near 0, 1 apart at the ends) ×
-    ``s ∈ [0.02, 30]`` (120 points, log-spaced), one bicubic spline per order. A table is computed once per
+    on a table of ``b ∈ [−100, 100]`` (201 points, ``3 sinh``-spaced: 0.13 apart near 0, 4 apart at the ends) ×
+    ``s ∈ [0.02, 100]`` (140 points, log-spaced), one bicubic spline per order. A neuron outside it stops the run
+    there, with its curve so far (trained neurons keep growing long after the loss has fallen: a wide2 SiLU bias
+    reached 24 at t ≈ 10⁴). A table is computed once per
     machine and kept in the cache (:func:`featureode.core.cache.cache_dir`, named by a hash of the activation's
     SymPy expression, the order and the grid), so a later process only reads it."""
 
-    B = 3.0 * np.sinh(np.linspace(-math.asinh(8.0), math.asinh(8.0), 141))
-    S = np.geomspace(0.02, 30.0, 120)
-    _splines: dict[tuple[str, int], RectBivariateSpline] = {}
+    B = 3.0 * np.sinh(np.linspace(-math.asinh(100 / 3), math.asinh(100 / 3), 201))
+    S = np.geomspace(0.02, 100.0, 140)
+    _splines: dict[tuple[str, int], RectBivariateSpline] = {}   # (srepr of the expression, order) → spline
 
     def __init__(self, act: Any) -> None:
         self.act = act
+        self.expr = sp_srepr(act.expr)   # the key: two activations of one name but other expressions differ
 
     def values(self, k: int) -> np.ndarray:
         """The table of ``m_k`` on ``B × S``, from the cache or computed (and then cached)."""
@@ -87,7 +90,7 @@ class MeanTable:
 
         from featureode.core.cache import atomic_bytes, cache_dir
 
-        key = hashlib.sha256(f"{TABLE_VERSION}|{sp_srepr(self.act.expr)}|{k}|{self.B.tobytes().hex()}|"
+        key = hashlib.sha256(f"{TABLE_VERSION}|{self.expr}|{k}|{self.B.tobytes().hex()}|"
                              f"{self.S.tobytes().hex()}".encode()).hexdigest()[:24]
         path = cache_dir() / f"meanfield_table_{key}.npy"
         try:
@@ -112,7 +115,7 @@ class MeanTable:
         return vals
 
     def __call__(self, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
-        key = (self.act.name, k)
+        key = (self.expr, k)
         spline = self._splines.get(key)
         if spline is None:
             spline = self._splines[key] = RectBivariateSpline(self.B, self.S, self.values(k), kx=3, ky=3)
@@ -285,13 +288,16 @@ class ReducedFlow:
             if steps >= max_steps:
                 return np.array(ts), np.array(fs), (f"stopped after max_steps = {max_steps} RK4 steps at "
                                                     f"t = {t:.4g}; raise max_steps or shorten t_max")
-            if steps % every == 0:
-                lam = float(np.linalg.eigvalsh(self.gram(state)).max())
-            h = min(h_max, c / lam, max(t_min, t / 4), t_max - t)
-            state = self.step(state, h)
+            try:
+                if steps % every == 0:
+                    lam = float(np.linalg.eigvalsh(self.gram(state)).max())
+                h = min(h_max, c / lam, max(t_min, t / 4), t_max - t)
+                state = self.step(state, h)
+                f = self.f_all(state)
+            except MeanFieldError as exc:   # a neuron left the table of means: the curve so far is kept
+                return np.array(ts), np.array(fs), f"stopped at t = {t:.4g}: {exc}"
             t += h
             steps += 1
-            f = self.f_all(state)
             if not np.all(np.isfinite(f)):
                 return np.array(ts), np.array(fs), f"the state became non-finite at t ≈ {t:.4g}"
             ts.append(t)
