@@ -140,7 +140,7 @@ class ReducedFlow:
 
     def __init__(self, g: np.ndarray, modes: list, v: np.ndarray, gamma: float, bias_std: float, activation: str,
                  m: int = 12, rates: tuple[float, float, float] = (1.0, 1.0, 1.0), readout_variance: float = 1.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, init: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         g, v = np.asarray(g, dtype=float), np.asarray(v, dtype=float)
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 4 <= m <= 20:
             raise MeanFieldError(f"meanfield: m = {m!r} is not an integer in 4..20 (2^m init neurons; 12 is the "
@@ -168,10 +168,20 @@ class ReducedFlow:
         self.deg = [mode.degree for mode in self.modes]
         self.orders = sorted({q + j for q in self.deg for j in (0, 1, 2)})
         self.off_items = [([(pos[i], n) for i, n in modes[k].items if i in pos],
-                           [(float(g[i]), n) for i, n in modes[k].items if i not in pos],
+                           [(float(g[i]), n, i - sum(t < i for t in T)) for i, n in modes[k].items if i not in pos],
                            math.sqrt(math.prod(math.factorial(n) for _, n in modes[k].items)), modes[k].degree)
                           for k in self.off]
         self._mean = _means(activation)
+        self.perp0: np.ndarray | None = None
+        if init is not None:   # given neurons (a, ŵ, b), e.g. a network's own: the coordinates outside T exactly
+            a, W_all, b = (np.asarray(x, dtype=float) for x in init)
+            if W_all.ndim != 2 or W_all.shape[1] != g.size or not a.shape == b.shape == (W_all.shape[0],):
+                raise MeanFieldError(f"meanfield: init must be (a (n,), ŵ (n, {g.size}), b (n,)), got shapes "
+                                     f"{a.shape}, {W_all.shape}, {b.shape}")
+            self.perp0 = np.delete(W_all, T, axis=1) ** 2
+            self.xi = np.zeros(a.size)
+            self._start(a, W_all[:, T], b)
+            return
         k = len(T)
         dims = 1 + k + (bias_std > 0) + (self.gperp.size > 0)
         u = np.clip(qmc.Sobol(dims, scramble=True, seed=seed).random_base2(m), 1e-12, 1 - 1e-12)
@@ -184,15 +194,22 @@ class ReducedFlow:
         if self.gperp.size:
             shape = float(self.gperp.sum() ** 2 / (2 * (self.gperp**2).sum()))
             self.xi = gamma_law.ppf(u[:, col], shape, scale=1 / shape)
-        self.state0 = (a, W, b, np.zeros(u.shape[0]))
+        self._start(a, W, b)
+
+    def _start(self, a: np.ndarray, W: np.ndarray, b: np.ndarray) -> None:
+        self.state0 = (a, W, b, np.zeros(a.size))
         self.phi0 = (a[:, None] * self._parts(self.state0)[0]).mean(0)
         self.phi0_off = self._off_projections(self.state0)
 
     def _perp(self, C: np.ndarray, power: int) -> np.ndarray:
-        """``ξ Σ_{i∉T} g_i^power e^{2 η_w g_i C}`` per neuron."""
+        """``Σ_{i∉T} g_i^{power−1} ŵ_i(0)² e^{2 η_w g_i C}`` per neuron: ``ŵ_i(0)²`` is ``ξ g_i`` for the Sobol'
+        neurons, and each neuron's own for given ones (``init``)."""
         if not self.gperp.size:
             return np.zeros_like(C)
-        return self.xi * (np.exp(2 * self.eta[1] * np.outer(C, self.gperp)) @ self.gperp**power)
+        growth = np.exp(2 * self.eta[1] * np.outer(C, self.gperp))
+        if self.perp0 is not None:
+            return (self.perp0 * growth) @ self.gperp ** (power - 1)
+        return self.xi * (growth @ self.gperp**power)
 
     def _parts(self, state: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``A (n, M)``, ``∂A/∂ŵ_T (n, M, k)``, ``∂A/∂b (n, M)`` and ``A' = ŵ^α m_{|α|+2}/sqrt(α!)`` (n, M)."""
@@ -222,7 +239,7 @@ class ReducedFlow:
     def _off_projections(self, state: tuple) -> np.ndarray:
         """``E[a A_α]`` of the modes ``off``: ``A_α = ŵ_T^{α_T} Π_{i∉T} ŵ_i^{n_i} m_{|α|}/sqrt(α!)`` with each even
         power of a coordinate outside T given its Gaussian moment at the scale ``ξ``:
-        ``ŵ_i^{n} → (n − 1)!! (ξ g_i)^{n/2} e^{n η_w g_i C}``."""
+        ``ŵ_i^{n} → (n − 1)!! (ξ g_i)^{n/2} e^{n η_w g_i C}`` (given neurons: their own ``ŵ_i(0)^n e^{n η_w g_i C}``)."""
         if not self.off:
             return np.zeros(0)
         a, W, b, C = state
@@ -235,9 +252,10 @@ class ReducedFlow:
             val = a * means[q] / fact
             for i, n in items_T:
                 val = val * W[:, i] ** n
-            for gi, n in items_perp:
-                val = val * (math.prod(range(n - 1, 0, -2)) * (self.xi * gi) ** (n // 2)
-                             * np.exp(n * self.eta[1] * gi * C))
+            for gi, n, col in items_perp:
+                own = (self.perp0[:, col] ** (n // 2) if self.perp0 is not None
+                       else math.prod(range(n - 1, 0, -2)) * (self.xi * gi) ** (n // 2))
+                val = val * own * np.exp(n * self.eta[1] * gi * C)
             out[j] = val.mean()
         return out
 

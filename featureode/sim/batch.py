@@ -270,6 +270,19 @@ class _Compiled:
 PARAMS = ("w", "b", "a", "w0", "b0", "a0")
 
 
+def init_draw(seed: int, width: int, dim: int, readout_variance: float, bias_std: float
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The init neurons of a run with this seed, as the simulator draws them from its ``init`` stream (float64, CPU):
+    ``a ~ N(0, E[a²])`` (width), ``w ~ N(0, I_d)`` (width × dim, eigenbasis coordinates: the whitened weights are
+    ``ŵ_i = sqrt(g_i) w_i``) and ``b ~ N(0, σ_b²)``, in this order. ``featureode.ode.meanfield.ReducedFlow(init=…)``
+    follows these very neurons (``docs/validation/init_draw.py``)."""
+    gen = stream(seed, "init")
+    a = torch.randn(width, generator=gen, dtype=torch.float64) * math.sqrt(readout_variance)
+    w = torch.randn(width, dim, generator=gen, dtype=torch.float64)
+    b = torch.randn(width, generator=gen, dtype=torch.float64) * bias_std
+    return a, w, b
+
+
 class MeanFieldBatch:
     """``R`` independent two-layer networks of width ``N`` on ``d`` inputs (theory §3), parameters stacked on a
     leading run axis.
@@ -325,13 +338,12 @@ class MeanFieldBatch:
         on the CPU, then cast, so the draw does not depend on device or dtype)."""
         n, d = specs[0].cfg.network.width, specs[0].spectrum.dim
         param = specs[0].parametrization
-        a_std = math.sqrt(param.readout_variance)
         cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("w", "b", "a")}
         for s in specs:
-            gen = stream(s.cfg.training.seed, "init")
-            cols["a"].append(torch.randn(n, generator=gen, dtype=torch.float64) * a_std)
-            cols["w"].append(torch.randn(n, d, generator=gen, dtype=torch.float64))
-            cols["b"].append(torch.randn(n, generator=gen, dtype=torch.float64) * s.cfg.network.bias_std)
+            a, w, b = init_draw(s.cfg.training.seed, n, d, param.readout_variance, s.cfg.network.bias_std)
+            cols["a"].append(a)
+            cols["w"].append(w)
+            cols["b"].append(b)
         params = {k: torch.stack(v).to(device=device, dtype=dtype) for k, v in cols.items()}
         params.update({k + "0": v.clone() for k, v in params.items()})
         return cls(params, [s.gamma for s in specs], specs[0].cfg.network.activation, compile, batched, chunk, param,
