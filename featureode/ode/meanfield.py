@@ -23,8 +23,12 @@ Time steps are RK4 with ``h = min(h_max, c/λ_max(K), max(t_min, t/4))``, ``h_ma
 stable up to ``h λ = 2.78``; ``λ_max`` is recomputed every 10 steps). Against ``c = 0.5``, ``h_max = 2`` the crossing
 times move by < 0.1% on the wide suite's ``h3(z0)``, rich ``staircase(3)`` and tanh ``z0*z1``, at a third of the
 steps. The means ``m_k`` come from the activation's closed form, or, without one, from its quadrature rule
-tabulated on ``(b, |ŵ|)`` and splined (:class:`MeanTable`). A neuron that leaves the table is an error, not an
-extrapolation.
+tabulated on ``(b, |ŵ|)`` and splined (:class:`MeanTable`). A neuron that leaves the table stops the run there,
+with its curve so far and the reason; nothing is extrapolated.
+
+``ReducedFlow(init=(a, ŵ, b))`` follows given neurons instead, for example a network's own
+(``featureode.sim.batch.init_draw``), each with its own coordinates outside ``T``. The reduction is then exact,
+with no ξ law (``docs/validation/init_draw.md``).
 
 The modes of the basis outside ``S`` do not drive; their ``f`` is what the neurons project on them. It is 0 where a
 coordinate outside ``T`` has an odd power (the flow is even in each such coordinate), and otherwise each even power
