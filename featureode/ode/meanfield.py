@@ -56,13 +56,10 @@ from featureode.calculus.activations import get_activation
 from featureode.core.errors import FeatureODEError
 from featureode.results.metrics import crossing_time, in_support_loss, relative_loss
 from featureode.results.trajectory import Status, Trajectory
+from featureode.ode.variants import MEANFIELD
 
-#: The variant name under which ``[ode] variants`` asks for this flow.
-MEANFIELD = "meanfield"
 #: Version of the cached tables of means (:class:`MeanTable`): bump it when the rule that fills them changes.
 TABLE_VERSION = 1
-#: Defaults: ``2^m`` Sobol' neurons, the largest RK4 step, the step's fraction of ``1/λ_max(K)`` and the most steps.
-MEANFIELD_DEFAULTS = {"m": 12, "h_max": 5.0, "c": 1.5, "max_steps": 20000}
 
 
 class MeanFieldError(FeatureODEError, ValueError):
@@ -75,9 +72,9 @@ class MeanTable:
     on a table of ``b ∈ [−100, 100]`` (201 points, ``3 sinh``-spaced: 0.13 apart near 0, 4 apart at the ends) ×
     ``s ∈ [0.02, 100]`` (140 points, log-spaced), one bicubic spline per order. A neuron outside it stops the run
     there, with its curve so far (trained neurons keep growing long after the loss has fallen: a wide2 SiLU bias
-    reached 24 at t ≈ 10⁴). A table is computed once per
-    machine and kept in the cache (:func:`featureode.core.cache.cache_dir`, named by a hash of the activation's
-    SymPy expression, the order and the grid), so a later process only reads it."""
+    reached 24 at t ≈ 10⁴). A table is computed once per machine and kept in the cache
+    (:func:`featureode.core.cache.cache_dir`, named by a hash of the activation's SymPy expression, the order and
+    the grid), so a later process only reads it."""
 
     B = 3.0 * np.sinh(np.linspace(-math.asinh(100 / 3), math.asinh(100 / 3), 201))
     S = np.geomspace(0.02, 100.0, 140)
