@@ -56,10 +56,10 @@ CASES = [
 MLP_FILES = {"wide": HERE / "mlp_crossings_wide.csv", "wide2": HERE / "mlp_crossings_wide2_partial.csv"}
 
 
-def mlp_times(suite: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float, width: int,
-              act: str = "relu") -> tuple[float, float]:
-    """Seed means of the stored MLP t50 / t10 (NaN where the network's loss never crossed)."""
-    t50, t10 = [], []
+def stored_runs(suite: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float, width: int,
+                act: str = "relu") -> list[tuple[int, float, float]]:
+    """``(seed, t50, t10)`` of each stored MLP training of a case (NaN where the network's loss never crossed)."""
+    out = []
     with open(MLP_FILES[suite]) as fh:
         for row in csv.DictReader(fh):
             if (row["network.activation"] == act and row["target.expr"] == target and int(row["data.dim"]) == d
@@ -67,8 +67,16 @@ def mlp_times(suite: str, target: str, d: int, expo: float, off: float, gamma: f
                     and math.isclose(float(row.get("data.offset") or 3.0), off)
                     and math.isclose(float(row["network.richness"]), gamma)
                     and math.isclose(float(row["network.bias_std"]), sb) and int(row["network.width"]) == width):
-                t50.append(float(row["mlp_t50"] or "nan"))
-                t10.append(float(row["mlp_t10"] or "nan"))
+                out.append((int(row["seed"]), float(row["mlp_t50"] or "nan"), float(row["mlp_t10"] or "nan")))
+    return out
+
+
+def mlp_times(suite: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float, width: int,
+              act: str = "relu") -> tuple[float, float]:
+    """Seed means of the stored MLP t50 / t10 (NaN where the network's loss never crossed)."""
+    runs = stored_runs(suite, target, d, expo, off, gamma, sb, width, act)
+    t50 = [x for _, x, _ in runs]
+    t10 = [y for _, _, y in runs]
     if not t50:
         raise SystemExit(f"no stored MLP run for {suite} {act} {target} d={d} γ={gamma}")
     return float(np.mean(t50)), float(np.mean(t10))

@@ -17,7 +17,6 @@ Run:  python docs/validation/init_draw.py --suite wide2 [--cases 0,1] [--md FILE
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import time
@@ -27,26 +26,11 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from escape_oracle import MLP_FILES  # noqa: E402
-from multidriver_oracle import case_config, case_label, crossing, fmt, suite_cases, within  # noqa: E402
+from escape_oracle import stored_runs  # noqa: E402
+from multidriver_oracle import case_config, case_label, crossing, fmt, suite_cases, write_report  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 from featureode.sim.batch import init_draw  # noqa: E402
-
-
-def seed_times(suite: str, case: tuple) -> dict[int, tuple[float, float]]:
-    """``{seed: (t50, t10)}`` of the stored trainings of a case (NaN where the loss never crossed)."""
-    _, act, target, d, expo, off, gamma, sb, width = case
-    out = {}
-    with open(MLP_FILES[suite]) as fh:
-        for row in csv.DictReader(fh):
-            if (row["network.activation"] == act and row["target.expr"] == target and int(row["data.dim"]) == d
-                    and math.isclose(float(row["data.exponent"]), expo)
-                    and math.isclose(float(row.get("data.offset") or 3.0), off)
-                    and math.isclose(float(row["network.richness"]), gamma)
-                    and math.isclose(float(row["network.bias_std"]), sb) and int(row["network.width"]) == width):
-                out[int(row["seed"])] = (float(row["mlp_t50"] or "nan"), float(row["mlp_t10"] or "nan"))
-    return out
 
 
 def times(flow: ReducedFlow, t_max: float) -> tuple[float, float]:
@@ -68,7 +52,7 @@ def main() -> int:
     for i in picked:
         case = cases[i]
         label = case_label(*case)
-        seeds = seed_times(args.suite, case)
+        seeds = {seed: (t50, t10) for seed, t50, t10 in stored_runs(args.suite, *case[2:], act=case[1])}
         if not seeds or not any(math.isfinite(t50) for t50, _ in seeds.values()):
             print(f"{label}: skipped (no stored run reached t50)", file=sys.stderr, flush=True)
             continue
@@ -100,16 +84,7 @@ def main() -> int:
         print(" | ".join(rows[-1]), f"({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
     head = ["case", "seeds", "flow of the run's own init neurons: t50 / t10 ratio", "its t50 ratio over the seeds",
             "`meanfield` (infinite width) t50 / t10 ratio"]
-    text = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-    n = len(scores["own init draw"])
-    if n:
-        text += ["", f"Cases where every stored run crossed both levels: {n}. Within ±10% / ±20% on both t50 and t10:"]
-        for name, pairs in scores.items():
-            text.append(f"- {name}: {sum(within(x, 0.1) for x in pairs)}/{n} / {sum(within(x, 0.2) for x in pairs)}/{n}")
-    out = "\n".join(text) + "\n"
-    if args.md:
-        args.md.write_text(out)
-    print(out)
+    write_report(head, rows, args.md, scores, counted="every stored run crossed both levels")
     return 0
 
 

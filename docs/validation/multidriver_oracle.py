@@ -45,6 +45,7 @@ from featureode.calculus.activations import get_activation  # noqa: E402
 from featureode.config import load_config  # noqa: E402
 from featureode.workflow.grid import load_grid, probe_config, suite_path  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
+from featureode.ode.meanfield import rk4_step  # noqa: E402
 from featureode.ode.solve import solve_variant  # noqa: E402
 
 #: (suite, activation, target, d, exponent, offset, γ, σ_b, N): 0–6 the escape oracle's ReLU degree-3 cases and a
@@ -218,12 +219,8 @@ class Flow:
         return np.einsum("nip,njp->nij", u, u)
 
     def step(self, theta: tuple, h: float) -> tuple:
-        """One RK4 step of length ``h`` from ``theta``."""
-        k1 = self.velocity(theta)
-        k2 = self.velocity(tuple(x + h / 2 * k for x, k in zip(theta, k1)))
-        k3 = self.velocity(tuple(x + h / 2 * k for x, k in zip(theta, k2)))
-        k4 = self.velocity(tuple(x + h * k for x, k in zip(theta, k3)))
-        return tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(theta, k1, k2, k3, k4))
+        """One RK4 step of length ``h`` from ``theta`` (the package's :func:`featureode.ode.meanfield.rk4_step`)."""
+        return rk4_step(self.velocity, theta, h)
 
     def run(self, t_max: float, h_max: float = 1.0, c: float = 0.5, every: int = 10, max_steps: int = 10**9
             ) -> tuple[np.ndarray, np.ndarray, int]:
@@ -307,6 +304,22 @@ def within(pair: tuple[float, float], tol: float) -> bool:
     return all(math.isfinite(r) and abs(r - 1) <= tol for r in pair)
 
 
+def write_report(head: list[str], rows: list[list[str]], md: "Path | None", scores: "dict | None" = None,
+                 counted: str = "the network crossed both levels") -> None:
+    """Print the Markdown table ``head``/``rows`` and, with ``scores`` (name → list of (t50, t10) ratio pairs, all of
+    one length), the counts within ±10% / ±20% on both; also write it to ``md`` when given."""
+    text = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    n = len(next(iter(scores.values()))) if scores else 0
+    if n:
+        text += ["", f"Cases where {counted}: {n}. Within ±10% / ±20% on both t50 and t10:"]
+        for name, pairs in scores.items():
+            text.append(f"- {name}: {sum(within(x, 0.1) for x in pairs)}/{n} / {sum(within(x, 0.2) for x in pairs)}/{n}")
+    out = "\n".join(text) + "\n"
+    if md:
+        md.write_text(out)
+    print(out)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=4000, help="sampled init neurons per case")
@@ -384,16 +397,7 @@ def main() -> int:
         print(" | ".join(r), f"({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
     head = ["case", "modes", "max |K(0) − exact| / s.e.", "MLP t50 / t10",
             f"exact multi-driver flow ({args.basis} basis) t50 / t10 ratio", "rational t50 / t10 ratio", "cost"]
-    text = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-    n = len(scores["oracle"])
-    if args.suite and n:
-        text += ["", f"Cases where the network crossed both levels: {n}. Within ±10% / ±20% on both t50 and t10:"]
-        for name, pairs in scores.items():
-            text.append(f"- {name}: {sum(within(x, 0.1) for x in pairs)}/{n} / {sum(within(x, 0.2) for x in pairs)}/{n}")
-    out = "\n".join(text) + "\n"
-    if args.md:
-        args.md.write_text(out)
-    print(out)
+    write_report(head, rows, args.md, scores if args.suite else None)
     return 0
 
 

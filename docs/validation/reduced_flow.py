@@ -26,7 +26,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from escape_oracle import mlp_times  # noqa: E402
-from multidriver_oracle import case_config, case_label, crossing, fmt, ratio, suite_cases, within  # noqa: E402
+from multidriver_oracle import case_config, case_label, crossing, fmt, ratio, suite_cases, write_report  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 from featureode.ode.solve import solve_variant  # noqa: E402
@@ -101,16 +101,7 @@ def main() -> int:
     if args.check:
         head.append(f"2^{args.m + 1} neurons")
     head += ["cost", "`rational` t50 / t10 ratio"]
-    text = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-    n = len(scores["rational"])
-    if n:
-        text += ["", f"Cases where the network crossed both levels: {n}. Within ±10% / ±20% on both t50 and t10:"]
-        for name, pairs in scores.items():
-            text.append(f"- {name}: {sum(within(x, 0.1) for x in pairs)}/{n} / {sum(within(x, 0.2) for x in pairs)}/{n}")
-    out = "\n".join(text) + "\n"
-    if args.md:
-        args.md.write_text(out)
-    print(out)
+    write_report(head, rows, args.md, scores)
     return 0
 
 

@@ -42,7 +42,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from escape_oracle import mlp_times  # noqa: E402
-from multidriver_oracle import Flow, MeanTable, Modes, case_config, case_label, crossing, fmt, ratio, suite_cases  # noqa: E402
+from multidriver_oracle import (Flow, MeanTable, Modes, case_config, case_label, crossing, fmt, ratio, suite_cases,  # noqa: E402
+                                write_report)
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.solve import solve_variant  # noqa: E402
 
@@ -184,11 +185,7 @@ def main() -> int:
         if f == "all/full":
             head.append("R·K_c R / R·K R at the MLP's t50 / t10")
     head.append("`rational` t50 / t10 ratio")
-    text = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-    out = "\n".join(text) + "\n"
-    if args.md:
-        args.md.write_text(out)
-    print(out)
+    write_report(head, rows, args.md)
     return 0
 
 

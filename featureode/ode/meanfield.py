@@ -67,6 +67,16 @@ class MeanFieldError(FeatureODEError, ValueError):
     the table of means, or a non-finite state. The message names the value and the fix."""
 
 
+def rk4_step(velocity: Callable[[tuple], tuple], state: tuple, h: float) -> tuple:
+    """One classical RK4 step of length ``h`` for a state held as a tuple of arrays (``velocity`` returns one
+    derivative per entry)."""
+    k1 = velocity(state)
+    k2 = velocity(tuple(x + h / 2 * k for x, k in zip(state, k1)))
+    k3 = velocity(tuple(x + h / 2 * k for x, k in zip(state, k2)))
+    k4 = velocity(tuple(x + h * k for x, k in zip(state, k3)))
+    return tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(state, k1, k2, k3, k4))
+
+
 class MeanTable:
     """``m_k(b, s)`` of an activation without a closed-form mean: its quadrature rule (``Activation.mean_numpy``)
     on a table of ``b ∈ [−100, 100]`` (201 points, ``3 sinh``-spaced: 0.13 apart near 0, 4 apart at the ends) ×
@@ -290,11 +300,7 @@ class ReducedFlow:
 
     def step(self, state: tuple, h: float) -> tuple:
         """One RK4 step of length ``h``."""
-        k1 = self.velocity(state)
-        k2 = self.velocity(tuple(x + h / 2 * k for x, k in zip(state, k1)))
-        k3 = self.velocity(tuple(x + h / 2 * k for x, k in zip(state, k2)))
-        k4 = self.velocity(tuple(x + h * k for x, k in zip(state, k3)))
-        return tuple(x + h / 6 * (p + 2 * q + 2 * r + s) for x, p, q, r, s in zip(state, k1, k2, k3, k4))
+        return rk4_step(self.velocity, state, h)
 
     def run(self, t_max: float, t_min: float = 0.01, h_max: float = 5.0, c: float = 1.5, max_steps: int = 20000,
             every: int = 10, stop_loss: float = 0.0) -> tuple[np.ndarray, np.ndarray, str | None]:
