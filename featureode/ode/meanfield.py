@@ -184,6 +184,7 @@ class ReducedFlow:
                           for k in self.off]
         self._mean = _means(activation)
         self.perp0: np.ndarray | None = None
+        self._last: tuple[tuple, tuple] | None = None   # the last state's parts (:meth:`_parts`)
         if init is not None:   # given neurons (a, ŵ, b), e.g. a network's own: the coordinates outside T exactly
             a, W_all, b = (np.asarray(x, dtype=float) for x in init)
             if W_all.ndim != 2 or W_all.shape[1] != g.size or not a.shape == b.shape == (W_all.shape[0],):
@@ -223,7 +224,16 @@ class ReducedFlow:
         return self.xi * (growth @ self.gperp**power)
 
     def _parts(self, state: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``A (n, M)``, ``∂A/∂ŵ_T (n, M, k)``, ``∂A/∂b (n, M)`` and ``A' = ŵ^α m_{|α|+2}/sqrt(α!)`` (n, M)."""
+        """``A (n, M)``, ``∂A/∂ŵ_T (n, M, k)``, ``∂A/∂b (n, M)`` and ``A' = ŵ^α m_{|α|+2}/sqrt(α!)`` (n, M). The
+        last state's parts are kept: :meth:`run` reads ``f`` at a new state, then the next step's first velocity
+        (and every tenth step the Gram) needs the same parts of that same state."""
+        if self._last is not None and self._last[0] is state:
+            return self._last[1]
+        parts = self._compute_parts(state)
+        self._last = (state, parts)
+        return parts
+
+    def _compute_parts(self, state: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         _, W, b, C = state
         s = np.sqrt((W**2).sum(1) + self._perp(C, 1))
         m = {q: self._mean(q, b, s) for q in self.orders}
