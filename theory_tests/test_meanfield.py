@@ -157,3 +157,76 @@ def test_meanfield_errors_are_one_line():
     stopped = meanfield_trajectory(theory, 60.0, max_steps=5)
     assert not stopped.status.complete and "max_steps = 5" in stopped.status.error
     assert stopped.status.reached_t < 60.0
+
+
+def test_tail_loss_is_the_networks_loss_on_the_modes_in_T():
+    """The loss outside the basis on T (``tail=True``) against the network itself: 120 given neurons, erf, d = 3,
+    followed to t = 6; the reference averages the neurons' output ``Σ a erf(ŵ·z + b)`` (each ``ŵ_⊥(t) =
+    ŵ_⊥(0) e^{η_w g C}``) over ``z_2`` and integrates ``(P_T f − y)²`` over ``(z0, z1)``, by a 40³-point
+    Gauss–Hermite rule on the network's own function (no table of means, no Stein formula). Its tail is the
+    T-loss minus the basis' loss, which the exact test above checks. Agreement within 1e-5 of L(0), with a tail of
+    0.013 (measured: 3e-7)."""
+    from numpy.polynomial.hermite_e import hermegauss
+    from scipy.special import erf
+
+    g = np.array([0.5, 0.3, 0.2])
+    modes = [Mode.parse("z0"), Mode.parse("z0*z1")]
+    v = np.array([0.6, 0.8])
+    theta = init_neurons(120, list(g), 0.5, 7)
+    a0, W0, b0 = (x.numpy().astype(float) for x in theta)
+    flow = ReducedFlow(g, modes, v, 1.0, 0.5, "erf", init=(a0, W0, b0), tail=True)
+    ts, fs, err = flow.run(6.0, t_min=0.25, h_max=0.25)
+    assert err is None and flow.tail_path[0][-1] == ts[-1]
+    # the final state, by the same steps (run() keeps only f)
+    state = flow.state0
+    for _ in range(len(ts) - 1):
+        state = flow.step(state, 0.25)
+    a, WT, b, C = state
+    x, w = hermegauss(40)
+    w = w / w.sum()
+
+    def output(a, WT, b, C):
+        wperp = W0[:, 2] * np.exp(g[2] * C)
+        u = (WT[:, 0, None, None, None] * x[None, :, None, None] + WT[:, 1, None, None, None] * x[None, None, :, None]
+             + wperp[:, None, None, None] * x[None, None, None, :] + b[:, None, None, None])
+        return np.tensordot(a, erf(u), axes=1) / a.size @ w     # P_T f on the (z0, z1) grid
+
+    fT = output(a, WT, b, C) - output(a0, W0[:, :2], b0, np.zeros_like(C))
+    y = 0.6 * x[:, None] + 0.8 * x[:, None] * x[None, :]
+    t_loss = float(np.einsum("i,j,ij->", w, w, (fT - y) ** 2))
+    basis = float(((v - fs[-1]) ** 2).sum())
+    ref = (t_loss - basis) / float((v**2).sum())
+    assert ref > 1e-3, "the case should have a visible tail"
+    assert flow.tail_path[1][-1] == pytest.approx(ref, abs=1e-5)
+    loss = flow.loss(ts, fs)
+    assert loss[-1] == pytest.approx(basis / float((v**2).sum()) + ref, abs=1e-5)
+
+
+def test_tail_that_is_not_resolved_stops_the_run(monkeypatch):
+    import featureode.ode.meanfield as mf
+
+    theory = kernel_theory(_small(), with_gram=True)
+    plain = meanfield_trajectory(theory, 60.0)
+    with_tail = meanfield_trajectory(theory, 60.0, tail=True)
+    assert plain.meta["info"]["tail"] is None and with_tail.meta["info"]["tail"]["evaluations"] > 5
+    assert with_tail.status.complete and np.all(with_tail.loss >= plain.loss - 1e-12)
+    assert with_tail.loss[-1] > plain.loss[-1]
+    monkeypatch.setattr(mf, "TAIL_TOL", -1.0)        # no two rules can agree: the tail is never certified
+    stopped = meanfield_trajectory(theory, 60.0, tail=True)
+    assert not stopped.status.complete and "loss outside the basis is not resolved" in stopped.status.error
+    assert "tail=False" in stopped.status.error
+
+
+def test_meanfield_tail_is_a_variant_in_its_place(tmp_path):
+    """``meanfield+tail`` runs in its listed place, beside plain ``meanfield``, on the same flow: equal ``f``, a
+    loss that adds the tail (never below the basis' loss)."""
+    cfg = _small(ode={"variants": ["rational", "meanfield+tail", "meanfield"]})
+    result = solve_config(cfg, tmp_path)
+    assert list(result.variants) == ["rational", "meanfield+tail", "meanfield"]
+    plain, tail = result.variants["meanfield"], result.variants["meanfield+tail"]
+    assert tail.status.ok and tail.meta["info"]["variant"] == "meanfield+tail"
+    np.testing.assert_allclose(tail.f, plain.f)
+    assert np.all(tail.loss >= plain.loss - 1e-12) and tail.loss[-1] > plain.loss[-1] + 1e-4
+    assert tail.t50 >= plain.t50
+    with pytest.raises(Exception, match="meanfield\\+tail"):
+        solve_config(_small(ode={"variants": ["meanfield+tails"]}), tmp_path / "bad")

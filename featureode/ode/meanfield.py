@@ -35,10 +35,20 @@ coordinate outside ``T`` has an odd power (the flow is even in each such coordin
 is given its Gaussian moment at the neuron's scale ``ξ``: ``ŵ_i^n → (n − 1)!! (ξ g_i)^{n/2} e^{n η_w g_i C}``
 (``z0*z1*h2(z5)`` for ``z0*z1``). The loss is ``Σ_α (v_α − f_α)²/Σ v²`` over the whole basis, as for the closures.
 
-The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` on the theory's modes, with
-``meta.parameter_free = true`` and ``meta.uses_measurements = false`` (``meta.info`` lists the modes followed,
-projected and zero by symmetry). Cost: seconds to a few minutes on the suites' cases at ``m = 12``
-(``docs/validation/reduced_flow.md``).
+**The tail** (``tail=True``, the variant ``meanfield+tail``). The network's test loss is over every mode; the loss
+above is over the basis. The flow knows more than the basis: averaged over the coordinates outside T, its output
+is ``P_T f(z_T) = (F(t) − F(0))/γ`` with ``F(z_T) = E[a m_0(ŵ_T·z_T + b, s_⊥)]`` and ``s_⊥² = Σ_{i∉T} ŵ_i²`` (the
+Gaussian part outside T smooths each neuron's ridge), and by Parseval ``‖P_T f − y‖²`` is the loss on *every* mode
+in T. Its excess over the basis' modes in T is the tail (:meth:`ReducedFlow.tail_loss`), integrated by product
+Gauss–Hermite rules on ``z_T`` and certified by two neighbouring rules (:data:`TAIL_POINTS`, :data:`TAIL_TOL`); a
+neuron that grows inside T and shrinks outside it has a sharp ridge, and a tail that the finest pair cannot resolve
+stops the run there (:class:`TailError`, the curve so far kept). It is evaluated where t has grown by
+:data:`TAIL_EVERY` and interpolated between. Modes with coordinates outside T beyond the basis' are not in it.
+
+The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` (``"meanfield+tail"``) on
+the theory's modes, with ``meta.parameter_free = true`` and ``meta.uses_measurements = false`` (``meta.info`` lists
+the modes followed, projected and zero by symmetry, and the tail's rule). Cost: seconds to a few minutes on the
+suites' cases at ``m = 12`` (``docs/validation/reduced_flow.md``).
 """
 from __future__ import annotations
 
@@ -54,9 +64,9 @@ from sympy import srepr as sp_srepr
 
 from featureode.calculus.activations import get_activation
 from featureode.core.errors import FeatureODEError
-from featureode.results.metrics import crossing_time, in_support_loss, relative_loss
+from featureode.results.metrics import crossing_time, in_support_loss
 from featureode.results.trajectory import Status, Trajectory
-from featureode.ode.variants import MEANFIELD
+from featureode.ode.variants import MEANFIELD, MEANFIELD_TAIL
 
 #: Version of the cached tables of means (:class:`MeanTable`): bump it when the rule that fills them changes.
 TABLE_VERSION = 1
@@ -138,6 +148,39 @@ class MeanTable:
         return np.asarray(spline.ev(b, s))
 
 
+#: the tail loss (:meth:`ReducedFlow.tail_loss`) is evaluated where t has grown by this factor since its last value
+TAIL_EVERY = 1.1
+#: Gauss–Hermite points per direction of the tail's rules, coarse to fine, by the number of directions |T|: two
+#: neighbours are compared, and a finer pair is taken when they disagree (:meth:`ReducedFlow.tail_loss`)
+TAIL_POINTS = {1: (48, 64, 96, 128, 192), 2: (18, 24, 32, 48, 64), 3: (10, 14, 18, 24), 4: (6, 8, 10, 12)}
+#: the tail is certified when two neighbouring rules agree within this (in units of L(0))
+TAIL_TOL = 2e-3
+
+
+def _tail_rule(T: list[int], target: list[tuple[Any, float]], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The product Gauss–Hermite rule of ``n`` points per direction on ``z_T`` (nodes, weights summing to 1) and
+    the target ``y(z_T) = Σ_β v_β He_β(z)/sqrt(β!)`` at its nodes."""
+    from numpy.polynomial.hermite_e import hermegauss, hermeval
+
+    x, w = hermegauss(n)
+    Z = np.stack([g.ravel() for g in np.meshgrid(*[x] * len(T), indexing="ij")], 1)
+    wq = np.prod(np.stack([g.ravel() for g in np.meshgrid(*[w / w.sum()] * len(T), indexing="ij")], 1), 1)
+    pos = {i: j for j, i in enumerate(T)}
+    y = np.zeros(Z.shape[0])
+    for mode, coeff in target:
+        term = np.full(Z.shape[0], float(coeff))
+        for i, order in mode.items:
+            unit = np.zeros(order + 1)
+            unit[order] = 1.0
+            term *= hermeval(Z[:, pos[i]], unit) / math.sqrt(math.factorial(order))
+        y += term
+    return Z, wq, y
+
+
+class TailError(MeanFieldError):
+    """The loss outside the basis is not resolved by the tail's rules (the run stops there, its curve kept)."""
+
+
 def _means(activation: str) -> Callable[[int, np.ndarray, np.ndarray], np.ndarray]:
     act = get_activation(activation)
     if act.mean0 is not None:
@@ -151,7 +194,8 @@ class ReducedFlow:
 
     def __init__(self, g: np.ndarray, modes: list, v: np.ndarray, gamma: float, bias_std: float, activation: str,
                  m: int = 12, rates: tuple[float, float, float] = (1.0, 1.0, 1.0), readout_variance: float = 1.0,
-                 seed: int = 0, init: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+                 seed: int = 0, init: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                 tail: bool = False) -> None:
         g, v = np.asarray(g, dtype=float), np.asarray(v, dtype=float)
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 4 <= m <= 20:
             raise MeanFieldError(f"meanfield: m = {m!r} is not an integer in 4..20 (2^m init neurons; 12 is the "
@@ -185,6 +229,16 @@ class ReducedFlow:
         self._mean = _means(activation)
         self.perp0: np.ndarray | None = None
         self._last: tuple[tuple, tuple] | None = None   # the last state's parts (:meth:`_parts`)
+        # the loss on the modes in T outside the basis (:meth:`tail_loss`): its Gauss–Hermite rules on z_T, built
+        # when first needed (nodes, weights, the target at the nodes; F at the init neurons). None without the
+        # tail, or without coordinates outside T (nothing smooths the ridges there)
+        self.tail_points: tuple[int, ...] | None = (TAIL_POINTS.get(len(T), (4, 5, 6)) if tail and self.gperp.size
+                                                    else None)
+        self._tail_rules: dict[int, tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {}
+        self._tail_target = [(mode, x) for mode, x in zip(modes, v) if x != 0.0]
+        self._rung = 0   # the coarser rule of the pair that certified the last tail
+        #: ``(t, tail)`` of the last :meth:`run`: the tail loss where it was evaluated (:meth:`loss`)
+        self.tail_path: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))
         if init is not None:   # given neurons (a, ŵ, b), e.g. a network's own: the coordinates outside T exactly
             a, W_all, b = (np.asarray(x, dtype=float) for x in init)
             if W_all.ndim != 2 or W_all.shape[1] != g.size or not a.shape == b.shape == (W_all.shape[0],):
@@ -288,6 +342,57 @@ class ReducedFlow:
             out[self.off] = (self._off_projections(state) - self.phi0_off) / self.gamma
         return out
 
+    def _ridge_mean(self, state: tuple, Z: np.ndarray) -> np.ndarray:
+        """``F(z_T) = E[a m_0(ŵ_T·z_T + b, s_⊥)]`` at the nodes ``Z``, ``s_⊥² = Σ_{i∉T} ŵ_i(t)²``: the network's
+        output averaged over the coordinates outside T."""
+        a, W, b, C = state
+        s = np.sqrt(self._perp(C, 1))
+        F = np.empty(Z.shape[0])
+        for k in range(0, Z.shape[0], 256):   # blocks of nodes: (n neurons × 256) at a time
+            U = W @ Z[k:k + 256].T + b[:, None]
+            F[k:k + 256] = a @ self._mean(0, U, np.broadcast_to(s[:, None], U.shape)) / a.size
+        return F
+
+    def _tail_at(self, state: tuple, rung: int, basis: float) -> float:
+        assert self.tail_points is not None
+        if rung not in self._tail_rules:
+            rule = _tail_rule(self.T, self._tail_target, self.tail_points[rung])
+            self._tail_rules[rung] = (rule, self._ridge_mean(self.state0, rule[0]))
+        (Z, wq, y), F0 = self._tail_rules[rung]
+        full = float(wq @ ((self._ridge_mean(state, Z) - F0) / self.gamma - y) ** 2)
+        return max(full - basis, 0.0) / float((self.v_all**2).sum())
+
+    def tail_loss(self, state: tuple) -> float:
+        """``Σ_{α ⊂ T, α ∉ S} f_α²/Σ v²``: the loss on every mode in the target's directions that the basis does not
+        hold. By Parseval it is ``‖P_T f − y‖² − Σ_{α∈S} (v_α − f_α)²``, with ``P_T f(z_T) = (F(t) − F(0))/γ`` the
+        output averaged over the coordinates outside T (:meth:`_ridge_mean`) and ``‖·‖²`` a product Gauss–Hermite
+        rule on ``z_T``. The averaging smooths each neuron's ridge by ``s_⊥``; a neuron that shrinks outside T while
+        it grows inside has a sharp ridge. So two neighbouring rules of :data:`TAIL_POINTS` are compared, finer
+        pairs taken until they agree within :data:`TAIL_TOL`, and the finer value returned; when the finest pair
+        disagrees, :class:`TailError`. A rule's error can put a tail that is 0 slightly below 0, which is read as 0.
+        0 when the flow has no tail."""
+        if self.tail_points is None:
+            return 0.0
+        basis = float(((self.v - self.f(state)) ** 2).sum())
+        rung = self._rung
+        coarse = self._tail_at(state, rung, basis)
+        while rung + 1 < len(self.tail_points):
+            fine = self._tail_at(state, rung + 1, basis)
+            if abs(fine - coarse) <= TAIL_TOL:
+                self._rung = rung
+                return fine
+            rung, coarse = rung + 1, fine
+        n = self.tail_points[-1] ** len(self.T)
+        raise TailError(f"meanfield: the loss outside the basis is not resolved: Gauss–Hermite rules up to {n} nodes "
+                        f"on z_T still differ by more than {TAIL_TOL:g} of L(0) (the neurons' ridges are sharper "
+                        "than the rules); tail=False follows the basis' loss alone")
+
+    def loss(self, ts: np.ndarray, fs: np.ndarray) -> np.ndarray:
+        """``L/L(0)`` at ``ts`` (a curve of :meth:`run`): the basis' ``Σ_α (v_α − f_α)²/Σ v²`` plus the tail
+        (:meth:`tail_loss`), interpolated linearly in t between the times :meth:`run` evaluated it."""
+        base = ((self.v_all - fs) ** 2).sum(-1) / float((self.v_all**2).sum())
+        return base + np.interp(ts, *self.tail_path)
+
     def velocity(self, state: tuple) -> tuple[np.ndarray, ...]:
         """``d(a, ŵ_T, b, C)/dt``."""
         a = state[0]
@@ -318,39 +423,59 @@ class ReducedFlow:
         ``≤ stop_loss``), with the reason it stopped early (``None`` when it reached ``t_max``)."""
         state, t, steps, h = self.state0, 0.0, 0, h_max
         ts, fs = [0.0], [np.zeros_like(self.v_all)]
+        tail_t, tail = [0.0], [0.0]
         norm2 = float((self.v_all**2).sum())
+
+        def done(error: str | None) -> tuple[np.ndarray, np.ndarray, str | None]:
+            if self.tail_points is not None and tail_t[-1] < ts[-1] and error is None:
+                try:
+                    tail.append(self.tail_loss(state))
+                    tail_t.append(ts[-1])
+                except MeanFieldError:
+                    pass
+            self.tail_path = (np.array(tail_t), np.array(tail))
+            return np.array(ts), np.array(fs), error
+
         while t < t_max:
             if steps >= max_steps:
-                return np.array(ts), np.array(fs), (f"stopped after max_steps = {max_steps} RK4 steps at "
-                                                    f"t = {t:.4g}; raise max_steps or shorten t_max")
+                return done(f"stopped after max_steps = {max_steps} RK4 steps at t = {t:.4g}; raise max_steps or "
+                            "shorten t_max")
             try:
                 if steps % every == 0:
                     lam = float(np.linalg.eigvalsh(self.gram(state)).max())
                 h = min(h_max, c / lam, max(t_min, t / 4), t_max - t)
-                state = self.step(state, h)
-                f = self.f_all(state)
+                new = self.step(state, h)
+                f = self.f_all(new)
+                # the tail is slow and smooth: evaluated where t has grown by TAIL_EVERY since the last time
+                if self.tail_points is not None and t + h >= TAIL_EVERY * tail_t[-1]:
+                    tail.append(self.tail_loss(new))
+                    tail_t.append(t + h)
             except MeanFieldError as exc:   # a neuron left the table of means: the curve so far is kept
-                return np.array(ts), np.array(fs), f"stopped at t = {t:.4g}: {exc}"
+                return done(f"stopped at t = {t:.4g}: {exc}")
+            state = new
             t += h
             steps += 1
             if not np.all(np.isfinite(f)):
-                return np.array(ts), np.array(fs), f"the state became non-finite at t ≈ {t:.4g}"
+                return done(f"the state became non-finite at t ≈ {t:.4g}")
             ts.append(t)
             fs.append(f)
-            if stop_loss > 0 and float(((self.v_all - f) ** 2).sum()) / norm2 <= stop_loss:
+            if stop_loss > 0 and float(((self.v_all - f) ** 2).sum()) / norm2 + tail[-1] <= stop_loss:
                 break
-        return np.array(ts), np.array(fs), None
+        return done(None)
 
 
 def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: float | None = None,
                          n_points: int | None = None, m: int = 12, h_max: float = 5.0, c: float = 1.5,
-                         max_steps: int = 20000, seed: int = 0) -> Trajectory:
+                         max_steps: int = 20000, seed: int = 0, tail: bool = False) -> Trajectory:
     """Follow the mean-field flow of the module docstring for ``theory`` (a
     :class:`~featureode.kernel.theory.KernelTheory` of the meanfield parametrization) up to ``t_max`` (default: the
     theory's config's) and return its curve on ``n_points`` log-spaced times from ``t_min`` (plus ``t = 0``).
 
-    The loss is ``Σ_α (v_α − f_α)²/Σ v²`` on the whole basis. A run that stops early (non-finite state,
-    ``max_steps``) keeps its curve with ``status.error`` set. Bad settings, or a parametrization other than
+    The loss is ``Σ_α (v_α − f_α)²/Σ v²`` on the whole basis plus, with ``tail=True`` (the variant
+    ``meanfield+tail``), the loss on the modes in the target's directions that the basis does not hold
+    (:meth:`ReducedFlow.tail_loss`): the test loss of the infinite-width network, but for the modes outside T that
+    the basis leaves out. A run that stops early (non-finite state, ``max_steps``, a tail its rules cannot resolve)
+    keeps its curve with ``status.error`` set. Bad settings, or a parametrization other than
     meanfield, raise :class:`MeanFieldError`.
     """
     own = dict(getattr(theory, "settings", None) or {})
@@ -372,22 +497,27 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     start = time.perf_counter()
     flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
                        float(theory.gamma), float(theory.bias_std), str(theory.activation), m=m,
-                       rates=par.part_weights(), readout_variance=par.readout_variance, seed=seed)
+                       rates=par.part_weights(), readout_variance=par.readout_variance, seed=seed, tail=bool(tail))
     ts, fs, error = flow.run(float(t_max), t_min=t_min, h_max=float(h_max), c=float(c), max_steps=max_steps)
     v_all = flow.v_all
-    loss = relative_loss(fs, v_all)
+    loss = flow.loss(ts, fs)
     t50, t10 = crossing_time(ts, loss, 0.5), crossing_time(ts, loss, 0.1)
     grid = np.concatenate([[0.0], np.geomspace(t_min, float(t_max), n_points)])
     grid = grid[grid <= ts[-1]]
     f_out = np.stack([np.interp(grid, ts, fs[:, j]) for j in range(v_all.size)], 1)
-    info = {"variant": MEANFIELD, "basis": getattr(theory, "basis", None), "modes_kept": len(flow.modes),
+    name = MEANFIELD_TAIL if tail else MEANFIELD
+    info = {"variant": name, "basis": getattr(theory, "basis", None), "modes_kept": len(flow.modes),
             "modes_of_basis": len(theory.modes), "directions": len(flow.T), "neurons": 2**m, "rule": "scrambled Sobol'",
             "modes_projected": [str(theory.modes[k]) for k in flow.off],
             "modes_zero_by_symmetry": [str(x) for k, x in enumerate(theory.modes)
                                        if k not in flow.keep and k not in flow.off],
-            "seed": seed, "steps": len(ts) - 1, "h_max": h_max, "c": c, "seconds": time.perf_counter() - start}
-    return Trajectory("ode", MEANFIELD, tuple(str(x) for x in theory.modes), v_all, grid, relative_loss(f_out, v_all),
+            "seed": seed, "steps": len(ts) - 1, "h_max": h_max, "c": c,
+            "tail": None if flow.tail_points is None else {
+                "rule_points_per_direction": int(flow.tail_points[min(flow._rung + 1, len(flow.tail_points) - 1)]),
+                "evaluations": int(flow.tail_path[0].size - 1), "at_end": float(flow.tail_path[1][-1])},
+            "seconds": time.perf_counter() - start}
+    return Trajectory("ode", name, tuple(str(x) for x in theory.modes), v_all, grid, flow.loss(grid, f_out),
                       f=f_out, in_support_loss=in_support_loss(f_out, v_all), t50=t50, t10=t10,
                       meta={"info": info, "parameter_free": True, "uses_measurements": False},
                       status=Status(complete=error is None, reached_t=float(ts[-1]),
-                                    error=None if error is None else f"variant 'meanfield': {error}"))
+                                    error=None if error is None else f"variant {name!r}: {error}"))

@@ -51,7 +51,7 @@ from featureode.ode.runners import (  # noqa: F401  (the constants are re-export
 )
 from featureode.results.metrics import in_support_loss, relative_loss
 from featureode.results.trajectory import ODEResult, Status, Trajectory
-from featureode.ode.variants import MEANFIELD, REPLAY, Variant, variants_from_config
+from featureode.ode.variants import MEANFIELD_NAMES, MEANFIELD_TAIL, REPLAY, Variant, variants_from_config
 
 if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
     from featureode.kernel.theory import KernelTheory
@@ -371,17 +371,18 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile
     variants: dict[str, Trajectory] = {}
     closures = variants_from_config(o, allow_replay=allow_replay)
     custom, names = o.custom or {}, list(o.variants)
-    slots: list[Variant | None] = list(closures)
-    if MEANFIELD in names and MEANFIELD not in custom:   # None marks meanfield's place among the listed variants
-        slots.insert(sum(n != REPLAY or n in custom for n in names[:names.index(MEANFIELD)]), None)
+    # the listed order: a mean-field name (a str) takes its place among the closures; replay is added by compare
+    rest = iter(closures)
+    slots: list[Variant | str] = [n if n in MEANFIELD_NAMES and n not in custom else next(rest) for n in names
+                                  if n in custom or n != REPLAY]
     for variant in slots:
-        if variant is None:
+        if isinstance(variant, str):
             from featureode.ode.meanfield import MeanFieldError, meanfield_trajectory
             try:
-                variants[MEANFIELD] = meanfield_trajectory(theory, cfg.training.t_max, t_min=t_min,
-                                                           n_points=o.n_points)
+                variants[variant] = meanfield_trajectory(theory, cfg.training.t_max, t_min=t_min,
+                                                         n_points=o.n_points, tail=variant == MEANFIELD_TAIL)
             except MeanFieldError as exc:
-                variants[MEANFIELD] = Trajectory.failed(MEANFIELD, theory.modes, theory.target, str(exc))
+                variants[variant] = Trajectory.failed(variant, theory.modes, theory.target, str(exc))
             continue
         if variant.spread and variant.spread_width is None:   # the init spread at the config's width
             variant = dataclasses.replace(variant, spread_width=int(cfg.network.width))

@@ -304,6 +304,11 @@ REPLAY = "replay"
 #: The variant name of :func:`featureode.ode.meanfield.meanfield_trajectory` (the reduced per-neuron mean-field
 #: flow; parameter-free, but not a closure: :func:`featureode.ode.solve.solve_config` runs it in its place).
 MEANFIELD = "meanfield"
+#: ``meanfield`` whose loss adds the modes in the target's directions that the basis leaves out
+#: (:meth:`featureode.ode.meanfield.ReducedFlow.tail_loss`): the infinite-width test loss up to modes outside T.
+MEANFIELD_TAIL = MEANFIELD + "+tail"
+#: The names :func:`featureode.ode.solve.solve_config` runs as the mean-field flow.
+MEANFIELD_NAMES = (MEANFIELD, MEANFIELD_TAIL)
 
 
 def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Variant]:
@@ -311,12 +316,13 @@ def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Var
 
     ``replay`` (:data:`REPLAY`) is not an ODE variant: it needs a simulation. With ``allow_replay`` (a caller that
     has one, e.g. compare, and adds :func:`featureode.ode.replay.replay_run`) it is skipped; otherwise it is an error.
-    ``meanfield`` (:data:`MEANFIELD`) is not a closure either: it is skipped here, and
-    :func:`featureode.ode.solve.solve_config` follows it (:mod:`featureode.ode.meanfield`); it takes no ablation."""
+    ``meanfield`` and ``meanfield+tail`` (:data:`MEANFIELD_NAMES`) are not closures either: they are skipped here,
+    and :func:`featureode.ode.solve.solve_config` follows them (:mod:`featureode.ode.meanfield`); they take no
+    ablation."""
     custom = dict(cfg.custom or {})
     out = []
     for name in cfg.variants:
-        if name == MEANFIELD and name not in custom:
+        if name in MEANFIELD_NAMES and name not in custom:
             continue
         if name == REPLAY and name not in custom:
             if allow_replay:
@@ -334,8 +340,8 @@ def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Var
             out.append(Variant(name[:-len(SPREAD_SUFFIX)], kappa=cfg.kappa, scale=cfg.scale, spread=True))
         else:
             raise VariantError(f"[ode] variants: unknown variant {name!r}; valid: built-in closures "
-                               f"{', '.join(closure_names())} (each also as NAME{SPREAD_SUFFIX}), {MEANFIELD}" + (f" or custom tables {', '.join(custom)}"
-                                                                  if custom else ""))
+                               f"{', '.join(closure_names())} (each also as NAME{SPREAD_SUFFIX}), {MEANFIELD}, "
+                               f"{MEANFIELD_TAIL}" + (f" or custom tables {', '.join(custom)}" if custom else ""))
     unused = [n for n in custom if n not in cfg.variants]
     if unused:
         raise VariantError(f"[ode.custom] tables {', '.join(unused)} are not listed in [ode] variants")

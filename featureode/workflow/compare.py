@@ -35,10 +35,10 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
     warning). The folder is locked while it runs
     (:func:`featureode.workflow.runs.locked`). Returns the :class:`Report`."""
     from featureode.ode.solve import solve_config
-    from featureode.ode.variants import MEANFIELD, REPLAY, variants_from_config
+    from featureode.ode.variants import MEANFIELD_NAMES, REPLAY, variants_from_config
 
     names = [v.label for v in variants_from_config(cfg.ode, allow_replay=True)]
-    names += [MEANFIELD] * (MEANFIELD in cfg.ode.variants and MEANFIELD not in (cfg.ode.custom or {}))
+    names += [n for n in cfg.ode.variants if n in MEANFIELD_NAMES and n not in (cfg.ode.custom or {})]
     with_replay = REPLAY in cfg.ode.variants
     figure_variants(names + [REPLAY] * with_replay, figure_variant)  # checked before the work
     figure_format(None, fmt), get_style(style)
