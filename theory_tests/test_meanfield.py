@@ -203,6 +203,8 @@ def test_tail_loss_is_the_networks_loss_on_the_modes_in_T():
 
 
 def test_tail_that_is_not_resolved_stops_the_run(monkeypatch):
+    """``tail=True`` adds a loss that is never negative and is recorded in ``meta.info``; a tail that no pair of
+    rules certifies stops the run with its curve and a one-line reason that names the way out (``tail=False``)."""
     import featureode.ode.meanfield as mf
 
     theory = kernel_theory(_small(), with_gram=True)
@@ -228,5 +230,7 @@ def test_meanfield_tail_is_a_variant_in_its_place(tmp_path):
     np.testing.assert_allclose(tail.f, plain.f)
     assert np.all(tail.loss >= plain.loss - 1e-12) and tail.loss[-1] > plain.loss[-1] + 1e-4
     assert tail.t50 >= plain.t50
-    with pytest.raises(Exception, match="meanfield\\+tail"):
-        solve_config(_small(ode={"variants": ["meanfield+tails"]}), tmp_path / "bad")
+    from featureode.config.rules import ConfigError
+
+    with pytest.raises(ConfigError, match="meanfield\\+tail"):   # an unknown name lists both mean-field names
+        _small(ode={"variants": ["meanfield+tails"]})
