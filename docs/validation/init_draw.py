@@ -16,7 +16,6 @@ Run:  python docs/validation/init_draw.py --suite wide2 [--cases 0,1] [--md FILE
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -27,7 +26,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from escape_oracle import stored_runs  # noqa: E402
-from multidriver_oracle import case_config, case_label, crossing, fmt, suite_cases, write_report  # noqa: E402
+from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, stored_horizon,  # noqa: E402
+                                suite_parser, write_report)
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 from featureode.sim.batch import init_draw  # noqa: E402
@@ -40,17 +40,10 @@ def times(flow: ReducedFlow, t_max: float) -> tuple[float, float]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", choices=["wide", "wide2"], required=True)
-    p.add_argument("--cases", default="", help="comma-separated case numbers (0-based); default every case")
-    p.add_argument("--md", type=Path, help="write the Markdown table here (default: print it)")
-    args = p.parse_args()
-    cases = suite_cases(args.suite)
-    picked = [int(x) for x in args.cases.split(",")] if args.cases else range(len(cases))
+    args = suite_parser(__doc__.splitlines()[0]).parse_args()
     rows, scores = [], {"own init draw": [], "meanfield (infinite width)": []}
     start = time.time()
-    for i in picked:
-        case = cases[i]
+    for i, case in picked_cases(args):
         label = case_label(*case)
         seeds = {seed: (t50, t10) for seed, t50, t10 in stored_runs(args.suite, *case[2:], act=case[1])}
         if not seeds or not any(math.isfinite(t50) for t50, _ in seeds.values()):
@@ -59,7 +52,7 @@ def main() -> int:
         theory = kernel_theory(case_config(case), with_gram=True)
         g, modes, v = np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float)
         gamma, sb, width = float(theory.gamma), float(theory.bias_std), int(case[-1])
-        t_max = 3.0 * max(t10 if math.isfinite(t10) else 2 * t50 for t50, t10 in seeds.values())
+        t_max = stored_horizon(list(seeds.values()))
         try:
             inf50, inf10 = times(ReducedFlow(g, modes, v, gamma, sb, theory.activation), t_max)
             own, inf = [], []

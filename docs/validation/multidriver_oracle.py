@@ -271,6 +271,28 @@ def suite_cases(name: str) -> list[tuple]:
     return out
 
 
+def suite_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every per-suite script takes: ``--suite``, ``--cases`` and ``--md``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--suite", choices=["wide", "wide2"], required=True)
+    p.add_argument("--cases", default="", help="comma-separated case numbers (0-based); default every case")
+    p.add_argument("--md", type=Path, help="write the Markdown table here (default: print it)")
+    return p
+
+
+def picked_cases(args: argparse.Namespace) -> list[tuple[int, tuple]]:
+    """``(number, case)`` of the cases ``--cases`` picks from ``--suite`` (every case by default)."""
+    cases = suite_cases(args.suite)
+    picked = [int(x) for x in args.cases.split(",")] if args.cases else range(len(cases))
+    return [(i, cases[i]) for i in picked]
+
+
+def stored_horizon(times: "list[tuple[float, float]]") -> float:
+    """How far a flow runs against stored MLP ``(t50, t10)`` pairs: 3× the latest t10 (6× the t50 where a run has
+    no t10)."""
+    return 3.0 * max(t10 if math.isfinite(t10) else 2 * t50 for t50, t10 in times)
+
+
 #: the base values of each suite (a case's label names only what differs from them, and always d, γ, σ_b, N)
 BASES = {"wide": (1.5, 3.0), "wide2": (1.25, 2.0)}
 

@@ -15,7 +15,6 @@ Run:  python docs/validation/reduced_flow.py --suite wide [--cases 0,1] [--m 12]
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -26,31 +25,26 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from escape_oracle import mlp_times  # noqa: E402
-from multidriver_oracle import case_config, case_label, crossing, fmt, ratio, suite_cases, write_report  # noqa: E402
+from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, ratio,  # noqa: E402
+                                stored_horizon, suite_parser, write_report)
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 from featureode.ode.solve import solve_variant  # noqa: E402
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", choices=["wide", "wide2"], required=True)
-    p.add_argument("--cases", default="", help="comma-separated case numbers (0-based); default every case")
+    p = suite_parser(__doc__.splitlines()[0])
     p.add_argument("--m", type=int, default=12, help="2^m Sobol' init neurons (default 12: 4096)")
     p.add_argument("--check", action="store_true", help="also run with 2^(m+1) neurons (the rule's error)")
     p.add_argument("--h-max", type=float, default=5.0, help="largest RK4 step (the step is min(h_max, c/λ_max, …))")
     p.add_argument("--c", type=float, default=1.5, help="the step's bound c/λ_max(K) (the package's default 1.5)")
     p.add_argument("--max-steps", type=int, default=3000, help="stop a case after this many RK4 steps")
-    p.add_argument("--md", type=Path, help="write the Markdown table here (default: print it)")
     args = p.parse_args()
     if not 4 <= args.m <= 20:
         p.error(f"--m must be in 4..20 (2^m init neurons), got {args.m}")
-    cases = suite_cases(args.suite)
-    picked = [int(x) for x in args.cases.split(",")] if args.cases else range(len(cases))
     rows, scores = [], {"reduced flow": [], "rational": []}
     start = time.time()
-    for i in picked:
-        case = cases[i]
+    for i, case in picked_cases(args):
         suite, act, target, d, expo, off, gamma, sb, width = case
         label = case_label(*case)
         try:
@@ -63,7 +57,7 @@ def main() -> int:
             continue
         theory = kernel_theory(case_config(case), with_gram=True)
         modes, v, g = list(theory.modes), np.asarray(theory.target, float), np.asarray(theory.g, float)
-        t_max = 3.0 * (m10 if math.isfinite(m10) else 2 * m50)
+        t_max = stored_horizon([(m50, m10)])
         rat = solve_variant(theory, "rational", t_max, basis="extended")
         rat_r = (ratio(rat.t50 or math.nan, m50), ratio(rat.t10 or math.nan, m10))
         cells = [f"{i}: {label}", f"{fmt(m50)} / {fmt(m10)}"]

@@ -15,7 +15,6 @@ Run:  python docs/validation/tail_loss.py --suite wide [--cases 0,1] [--md FILE]
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -26,22 +25,16 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from escape_oracle import stored_runs  # noqa: E402
-from multidriver_oracle import case_config, case_label, crossing, fmt, suite_cases, write_report  # noqa: E402
+from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, stored_horizon,  # noqa: E402
+                                suite_parser, write_report)
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", choices=["wide", "wide2"], required=True)
-    p.add_argument("--cases", default="", help="comma-separated case numbers (0-based); default every case")
-    p.add_argument("--md", type=Path, help="write the Markdown table here (default: print it)")
-    args = p.parse_args()
-    cases = suite_cases(args.suite)
-    picked = [int(x) for x in args.cases.split(",")] if args.cases else range(len(cases))
+    args = suite_parser(__doc__.splitlines()[0]).parse_args()
     rows, scores = [], {"`meanfield`": [], "`meanfield+tail`": []}
-    for i in picked:
-        case = cases[i]
+    for i, case in picked_cases(args):
         label = case_label(*case)
         seeds = [(m50, m10) for _, m50, m10 in stored_runs(args.suite, *case[2:], act=case[1])]
         if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
@@ -49,7 +42,7 @@ def main() -> int:
             continue
         start = time.time()
         theory = kernel_theory(case_config(case), with_gram=True)
-        t_max = 3.0 * max(m10 if math.isfinite(m10) else 2 * m50 for m50, m10 in seeds)
+        t_max = stored_horizon(seeds)
         note, tail_at = "", math.nan
         try:
             flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
