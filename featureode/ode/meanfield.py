@@ -45,9 +45,19 @@ neuron that grows inside T and shrinks outside it has a sharp ridge, and a tail 
 stops the run there (:class:`TailError`, the curve so far kept). It is evaluated where t has grown by
 :data:`TAIL_EVERY` and interpolated between. Modes with coordinates outside T beyond the basis' are not in it.
 
-The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` (``"meanfield+tail"``) on
-the theory's modes, with ``meta.parameter_free = true`` and ``meta.uses_measurements = false`` (``meta.info`` lists
-the modes followed, projected and zero by symmetry, and the tail's rule). Cost: seconds to a few minutes on the
+**The whole residual driving** (``drive="whole"``, the variant ``meanfield+whole``; the tail is then counted too).
+The basis' driving stops at the modes in ``S``; the gradient flow of the loss on T is driven by the whole residual
+``r = y − P_T f``, every degree included. Through the tail's rule (the finer rule of the pair that certified the last
+tail) with nodes ``z_q`` and weights ``w_q``, a neuron moves by ``γ P Σ_q w_q r(z_q) ∇_θ m_0(ŵ_T·z_q + b, s_⊥)``
+(the ridge form: ``m_0``, ``m_1``, ``m_2`` at every neuron and node, and ``∂m_0/∂C = η_w Σ_{i∉T} g_i ŵ_i² m_2`` by
+the heat equation of the smoothing). At t = 0 it equals the basis' driving to the rule's error. Its kernel
+``r ↦ ΔP_T f`` holds the constant and linear modes, whose rates are far above the basis' (50× on the wide suite's
+base case), so the RK4 step is set by that kernel's top eigenvalue (Lanczos, :meth:`ReducedFlow.lam_max`), not the
+Gram's. ``theory_tests/test_meanfield.py`` checks it against autograd's gradient flow of ``½‖P_T f − y‖²``.
+
+The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` (``"meanfield+tail"``,
+``"meanfield+whole"``) on the theory's modes, with ``meta.parameter_free = true`` and ``meta.uses_measurements =
+false`` (``meta.info`` lists the modes followed, projected and zero by symmetry, the driving and the tail's rule). Cost: seconds to a few minutes on the
 suites' cases at ``m = 12`` (``docs/validation/reduced_flow.md``).
 """
 from __future__ import annotations
@@ -66,7 +76,7 @@ from featureode.calculus.activations import get_activation
 from featureode.core.errors import FeatureODEError
 from featureode.results.metrics import crossing_time, in_support_loss
 from featureode.results.trajectory import Status, Trajectory
-from featureode.ode.variants import MEANFIELD, MEANFIELD_TAIL
+from featureode.ode.variants import MEANFIELD, MEANFIELD_TAIL, MEANFIELD_WHOLE
 
 #: Version of the cached tables of means (:class:`MeanTable`): bump it when the rule that fills them changes.
 TABLE_VERSION = 1
@@ -195,8 +205,13 @@ class ReducedFlow:
     def __init__(self, g: np.ndarray, modes: list, v: np.ndarray, gamma: float, bias_std: float, activation: str,
                  m: int = 12, rates: tuple[float, float, float] = (1.0, 1.0, 1.0), readout_variance: float = 1.0,
                  seed: int = 0, init: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                 tail: bool = False) -> None:
+                 tail: bool = False, drive: str = "basis") -> None:
         g, v = np.asarray(g, dtype=float), np.asarray(v, dtype=float)
+        if drive not in ("basis", "whole"):
+            raise MeanFieldError(f"meanfield: drive = {drive!r} is not 'basis' (the basis' modes in T drive, "
+                                 "meanfield) or 'whole' (the whole residual on T drives, meanfield+whole)")
+        self.drive = drive
+        tail = tail or drive == "whole"   # the whole residual's rule is the tail's
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 4 <= m <= 20:
             raise MeanFieldError(f"meanfield: m = {m!r} is not an integer in 4..20 (2^m init neurons; 12 is the "
                                  "default)")
@@ -237,6 +252,11 @@ class ReducedFlow:
         self._tail_rules: dict[int, tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {}
         self._tail_target = [(mode, x) for mode, x in zip(modes, v) if x != 0.0]
         self._rung = 0   # the coarser rule of the pair that certified the last tail
+        if drive == "whole" and self.tail_points is None:
+            raise MeanFieldError("meanfield: drive='whole' (meanfield+whole) needs coordinates outside the target's "
+                                 "directions to smooth the neurons' ridges (data dim > the target's); use meanfield")
+        self._whole: tuple[tuple, int, tuple[np.ndarray, ...]] | None = None   # (state, rung, (M0, M1, M2))
+        self._eigvec: np.ndarray | None = None   # the last top eigenvector of the whole flow's kernel (warm start)
         #: ``(t, tail)`` of the last :meth:`run`: the tail loss where it was evaluated (:meth:`loss`)
         self.tail_path: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))
         if init is not None:   # given neurons (a, ŵ, b), e.g. a network's own: the coordinates outside T exactly
@@ -393,8 +413,83 @@ class ReducedFlow:
         base = ((self.v_all - fs) ** 2).sum(-1) / float((self.v_all**2).sum())
         return base + np.interp(ts, *self.tail_path)
 
+    def _drive_rule(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+        """The rule the whole residual drives through: the finer of the pair of :data:`TAIL_POINTS` that certified
+        the last tail (so it moves to a finer rule when the tail does), with ``F`` of the init neurons on it."""
+        assert self.tail_points is not None
+        rung = min(self._rung + 1, len(self.tail_points) - 1)
+        if rung not in self._tail_rules:
+            rule = _tail_rule(self.T, self._tail_target, self.tail_points[rung])
+            self._tail_rules[rung] = (rule, self._ridge_mean(self.state0, rule[0]))
+        return self._tail_rules[rung]
+
+    def _whole_means(self, state: tuple) -> tuple[np.ndarray, ...]:
+        """``m_0, m_1, m_2`` at every neuron × node of :meth:`_drive_rule` (``u = ŵ_T·z_T + b``, ``s_⊥``); the last
+        state's are kept (the step's first stage and :meth:`lam_max` read the same state)."""
+        rung = self._rung
+        if self._whole is not None and self._whole[0] is state and self._whole[1] == rung:
+            return self._whole[2]
+        (Z, _, _), _ = self._drive_rule()
+        _, W, b, C = state
+        U = W @ Z.T + b[:, None]
+        S = np.broadcast_to(np.sqrt(self._perp(C, 1))[:, None], U.shape)
+        means = tuple(self._mean(k, U, S) for k in (0, 1, 2))
+        self._whole = (state, rung, means)
+        return means
+
+    def _pull(self, state: tuple, rw: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``γ P Σ_q rw_q ∇_θ m_0(u_q)`` per neuron (``rw`` a function at the rule's nodes times the weights): the
+        velocity that a residual ``r`` with ``rw = w r`` drives, in the coordinates ``(a, ŵ_T, b, C)``."""
+        (Z, _, _), _ = self._drive_rule()
+        a = state[0]
+        M0, M1, M2 = self._whole_means(state)
+        ea, _, eb = self.eta
+        g = self.gamma
+        return (ea * g * (M0 @ rw), g * a[:, None] * ((M1 * rw) @ Z) * self.gT, eb * g * a * (M1 @ rw),
+                g * a * (M2 @ rw))
+
+    def _push(self, state: tuple, d: tuple[np.ndarray, ...]) -> np.ndarray:
+        """The change of ``P_T f`` at the rule's nodes along a velocity ``d`` (``∂m_0/∂C = η_w Σ_{i∉T} g_i ŵ_i² m_2``
+        by the heat equation of the Gaussian smoothing)."""
+        (Z, _, _), _ = self._drive_rule()
+        a, _, _, C = state
+        M0, M1, M2 = self._whole_means(state)
+        da, dW, db, dC = d
+        out = da @ M0 + (a[:, None] * M1 * (dW @ Z.T + db[:, None])).sum(0) \
+            + (a * self.eta[1] * self._perp(C, 2) * dC) @ M2
+        return out / (a.size * self.gamma)
+
+    def residual_on_rule(self, state: tuple) -> np.ndarray:
+        """``r = y − P_T f`` at the nodes of :meth:`_drive_rule`."""
+        (_, _, y), F0 = self._drive_rule()
+        a = state[0]
+        return y - (a @ self._whole_means(state)[0] / a.size - F0) / self.gamma
+
+    def lam_max(self, state: tuple) -> float:
+        """The largest rate of the flow's kernel: of the Gram on ``S`` (:meth:`gram`) for the basis' driving; for
+        the whole residual's, of the kernel on functions of ``z_T`` at the rule's nodes, ``r ↦ push(pull(w r))``,
+        which is symmetric in the weighted product and has rates far above the basis' (the constant and linear
+        modes, 50× on the wide suite's base case at t = 0). Lanczos on ``x = w^{1/2} r``, warm-started from the last
+        eigenvector, to 10⁻³."""
+        if self.drive == "basis":
+            return float(np.linalg.eigvalsh(self.gram(state)).max())
+        from scipy.sparse.linalg import LinearOperator, eigsh
+
+        (_, wq, _), _ = self._drive_rule()
+        root = np.sqrt(wq)
+        op = LinearOperator((wq.size, wq.size), dtype=float,
+                            matvec=lambda x: root * self._push(state, self._pull(state, root * np.ravel(x))))
+        start = self._eigvec if self._eigvec is not None and self._eigvec.size == wq.size else None
+        vals, vecs = eigsh(op, k=1, which="LA", tol=1e-3, v0=start)
+        self._eigvec = vecs[:, 0]
+        return float(vals[0])
+
     def velocity(self, state: tuple) -> tuple[np.ndarray, ...]:
-        """``d(a, ŵ_T, b, C)/dt``."""
+        """``d(a, ŵ_T, b, C)/dt``: driven by the basis' residuals in ``S`` (``drive='basis'``), or by the whole
+        residual ``r = y − P_T f`` on T through the rule of :meth:`_drive_rule` (``drive='whole'``)."""
+        if self.drive == "whole":
+            (_, wq, _), _ = self._drive_rule()
+            return self._pull(state, wq * self.residual_on_rule(state))
         a = state[0]
         A, dW, db, dperp = self._parts(state)
         R = self.v - ((a[:, None] * A).mean(0) - self.phi0) / self.gamma
@@ -442,7 +537,7 @@ class ReducedFlow:
                             "shorten t_max")
             try:
                 if steps % every == 0:
-                    lam = float(np.linalg.eigvalsh(self.gram(state)).max())
+                    lam = self.lam_max(state)
                 h = min(h_max, c / lam, max(t_min, t / 4), t_max - t)
                 new = self.step(state, h)
                 f = self.f_all(new)
@@ -466,7 +561,8 @@ class ReducedFlow:
 
 def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: float | None = None,
                          n_points: int | None = None, m: int = 12, h_max: float = 5.0, c: float = 1.5,
-                         max_steps: int = 20000, seed: int = 0, tail: bool = False) -> Trajectory:
+                         max_steps: int = 20000, seed: int = 0, tail: bool = False,
+                         drive: str = "basis") -> Trajectory:
     """Follow the mean-field flow of the module docstring for ``theory`` (a
     :class:`~featureode.kernel.theory.KernelTheory` of the meanfield parametrization) up to ``t_max`` (default: the
     theory's config's) and return its curve on ``n_points`` log-spaced times from ``t_min`` (plus ``t = 0``).
@@ -474,8 +570,10 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     The loss is ``Σ_α (v_α − f_α)²/Σ v²`` on the whole basis plus, with ``tail=True`` (the variant
     ``meanfield+tail``), the loss on the modes in the target's directions that the basis does not hold
     (:meth:`ReducedFlow.tail_loss`): the test loss of the infinite-width network, but for the modes outside T that
-    the basis leaves out. A run that stops early (non-finite state, ``max_steps``, a tail its rules cannot resolve)
-    keeps its curve with ``status.error`` set. Bad settings, or a parametrization other than
+    the basis leaves out. With ``drive="whole"`` (the variant ``meanfield+whole``; the tail is then counted too)
+    the neurons are driven by the whole residual ``y − P_T f`` on T, as the gradient flow of that loss drives them,
+    not by the basis' modes only. A run that stops early (non-finite state, ``max_steps``, a tail its rules
+    cannot resolve) keeps its curve with ``status.error`` set. Bad settings, or a parametrization other than
     meanfield, raise :class:`MeanFieldError`.
     """
     own = dict(getattr(theory, "settings", None) or {})
@@ -497,7 +595,8 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     start = time.perf_counter()
     flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
                        float(theory.gamma), float(theory.bias_std), str(theory.activation), m=m,
-                       rates=par.part_weights(), readout_variance=par.readout_variance, seed=seed, tail=bool(tail))
+                       rates=par.part_weights(), readout_variance=par.readout_variance, seed=seed, tail=bool(tail),
+                       drive=drive)
     ts, fs, error = flow.run(float(t_max), t_min=t_min, h_max=float(h_max), c=float(c), max_steps=max_steps)
     v_all = flow.v_all
     loss = flow.loss(ts, fs)
@@ -505,13 +604,13 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     grid = np.concatenate([[0.0], np.geomspace(t_min, float(t_max), n_points)])
     grid = grid[grid <= ts[-1]]
     f_out = np.stack([np.interp(grid, ts, fs[:, j]) for j in range(v_all.size)], 1)
-    name = MEANFIELD_TAIL if tail else MEANFIELD
+    name = MEANFIELD_WHOLE if flow.drive == "whole" else MEANFIELD_TAIL if tail else MEANFIELD
     info = {"variant": name, "basis": getattr(theory, "basis", None), "modes_kept": len(flow.modes),
             "modes_of_basis": len(theory.modes), "directions": len(flow.T), "neurons": 2**m, "rule": "scrambled Sobol'",
             "modes_projected": [str(theory.modes[k]) for k in flow.off],
             "modes_zero_by_symmetry": [str(x) for k, x in enumerate(theory.modes)
                                        if k not in flow.keep and k not in flow.off],
-            "seed": seed, "steps": len(ts) - 1, "h_max": h_max, "c": c,
+            "seed": seed, "steps": len(ts) - 1, "h_max": h_max, "c": c, "drive": flow.drive,
             "tail": None if flow.tail_points is None else {
                 "rule_points_per_direction": int(flow.tail_points[min(flow._rung + 1, len(flow.tail_points) - 1)]),
                 "evaluations": int(flow.tail_path[0].size - 1), "at_end": float(flow.tail_path[1][-1])},

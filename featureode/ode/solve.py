@@ -51,7 +51,7 @@ from featureode.ode.runners import (  # noqa: F401  (the constants are re-export
 )
 from featureode.results.metrics import in_support_loss, relative_loss
 from featureode.results.trajectory import ODEResult, Status, Trajectory
-from featureode.ode.variants import MEANFIELD_NAMES, MEANFIELD_TAIL, REPLAY, Variant, variants_from_config
+from featureode.ode.variants import MEANFIELD, MEANFIELD_NAMES, MEANFIELD_WHOLE, REPLAY, Variant, variants_from_config
 
 if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
     from featureode.kernel.theory import KernelTheory
@@ -380,7 +380,8 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile
             from featureode.ode.meanfield import MeanFieldError, meanfield_trajectory
             try:
                 variants[variant] = meanfield_trajectory(theory, cfg.training.t_max, t_min=t_min,
-                                                         n_points=o.n_points, tail=variant == MEANFIELD_TAIL)
+                                                         n_points=o.n_points, tail=variant != MEANFIELD,
+                                                         drive="whole" if variant == MEANFIELD_WHOLE else "basis")
             except MeanFieldError as exc:
                 variants[variant] = Trajectory.failed(variant, theory.modes, theory.target, str(exc))
             continue

@@ -307,8 +307,12 @@ MEANFIELD = "meanfield"
 #: ``meanfield`` whose loss adds the modes in the target's directions that the basis leaves out
 #: (:meth:`featureode.ode.meanfield.ReducedFlow.tail_loss`): the infinite-width test loss up to modes outside T.
 MEANFIELD_TAIL = MEANFIELD + "+tail"
+#: ``meanfield+tail`` whose neurons are driven by the whole residual ``y − P_T f`` on the target's directions, every
+#: degree included, as the gradient flow of the loss drives them, instead of by the basis' modes only
+#: (``ReducedFlow(drive="whole")``).
+MEANFIELD_WHOLE = MEANFIELD + "+whole"
 #: The names :func:`featureode.ode.solve.solve_config` runs as the mean-field flow.
-MEANFIELD_NAMES = (MEANFIELD, MEANFIELD_TAIL)
+MEANFIELD_NAMES = (MEANFIELD, MEANFIELD_TAIL, MEANFIELD_WHOLE)
 
 
 def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Variant]:
@@ -316,9 +320,9 @@ def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Var
 
     ``replay`` (:data:`REPLAY`) is not an ODE variant: it needs a simulation. With ``allow_replay`` (a caller that
     has one, e.g. compare, and adds :func:`featureode.ode.replay.replay_run`) it is skipped; otherwise it is an error.
-    ``meanfield`` and ``meanfield+tail`` (:data:`MEANFIELD_NAMES`) are not closures either: they are skipped here,
-    and :func:`featureode.ode.solve.solve_config` follows them (:mod:`featureode.ode.meanfield`); they take no
-    ablation."""
+    ``meanfield``, ``meanfield+tail`` and ``meanfield+whole`` (:data:`MEANFIELD_NAMES`) are not closures either:
+    they are skipped here, and :func:`featureode.ode.solve.solve_config` follows them (:mod:`featureode.ode.meanfield`);
+    they take no ablation."""
     custom = dict(cfg.custom or {})
     out = []
     for name in cfg.variants:
@@ -341,7 +345,8 @@ def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Var
         else:
             raise VariantError(f"[ode] variants: unknown variant {name!r}; valid: built-in closures "
                                f"{', '.join(closure_names())} (each also as NAME{SPREAD_SUFFIX}), {MEANFIELD}, "
-                               f"{MEANFIELD_TAIL}" + (f" or custom tables {', '.join(custom)}" if custom else ""))
+                               f"{MEANFIELD_TAIL}, {MEANFIELD_WHOLE}"
+                               + (f" or custom tables {', '.join(custom)}" if custom else ""))
     unused = [n for n in custom if n not in cfg.variants]
     if unused:
         raise VariantError(f"[ode.custom] tables {', '.join(unused)} are not listed in [ode] variants")
