@@ -1,11 +1,12 @@
-"""What the ``meanfield`` and ``meanfield+tail`` variants cost a user, beside the reference closure ``rational``, in
-one run.
+"""What the ``meanfield``, ``meanfield+tail`` and ``meanfield+whole`` variants cost a user, beside the reference
+closure ``rational``, in one run.
 
 1. ``featureode solve`` in a fresh process on an EMPTY cache (featureode's and numba's), built-in config (extended
-   basis), with ``--set ode.variants=[...]``: ``["rational"]`` against ``["rational", "meanfield"]``; the difference is
-   what meanfield adds end to end through the CLI.
+   basis), with ``--set ode.variants=[...]``: ``["rational"]`` against ``["rational", "meanfield"]`` (and the other
+   two variants); the difference is what the variant adds end to end through the CLI.
 2. Warm, in this process: ``meanfield_trajectory`` against ``solve_variant(..., "rational")`` on the same kernel
-   theory, and ``meanfield_trajectory(..., tail=True)``, for a few suite-like cases (the modes it follows, the RK4 steps, CPU seconds). The first case of an
+   theory, ``meanfield_trajectory(..., tail=True)`` and ``meanfield_trajectory(..., drive="whole")``, for a few
+   suite-like cases (the modes it follows, the RK4 steps, CPU seconds). The first case of an
    activation without a closed-form mean (tanh) also builds its table of means; that cost is shown apart.
 
     python benchmarks/bench_meanfield.py [--out benchmarks/results/meanfield_benchmark.md]
@@ -61,22 +62,26 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "meanfield_benchmark.md")
     args = p.parse_args()
-    lines = ["# `meanfield` and `meanfield+tail` against `rational`: cost", "",
+    lines = ["# `meanfield`, `meanfield+tail` and `meanfield+whole` against `rational`: cost", "",
              f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load before: {load()}. "
              "One BLAS thread. Made by `python benchmarks/bench_meanfield.py`.", "",
              "## Cold start through the CLI (fresh process, empty caches, built-in config, extended basis)", "",
              "| `--set ode.variants=` | wall s |", "|---|---|"]
     walls = {}
-    for variants in ('["rational"]', '["rational", "meanfield"]', '["rational", "meanfield+tail"]'):
+    for variants in ('["rational"]', '["rational", "meanfield"]', '["rational", "meanfield+tail"]',
+                     '["rational", "meanfield+whole"]'):
         walls[variants] = cold(variants)
         lines.append(f"| `{variants}` | {walls[variants]:.1f} |")
     added = walls['["rational", "meanfield"]'] - walls['["rational"]']
     added_tail = walls['["rational", "meanfield+tail"]'] - walls['["rational"]']
-    lines += ["", f"meanfield adds {added:.1f} s end to end, meanfield+tail {added_tail:.1f} s.",
+    added_whole = walls['["rational", "meanfield+whole"]'] - walls['["rational"]']
+    lines += ["", f"meanfield adds {added:.1f} s end to end, meanfield+tail {added_tail:.1f} s, meanfield+whole "
+              f"{added_whole:.1f} s.",
               "", "## Warm, one process: the flow against the closure on the same kernel theory", "",
               "| case | modes of the basis | modes followed / directions | RK4 steps | meanfield CPU s | "
-              "meanfield+tail CPU s (tail evaluations, finest rule) | rational CPU s | table of means (first use) s |",
-              "|---|---|---|---|---|---|---|---|"]
+              "meanfield+tail CPU s (tail evaluations, finest rule) | meanfield+whole CPU s (RK4 steps) | rational CPU s | "
+              "table of means (first use) s |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for label, target, act, d, gamma, t_max in CASES:
         cfg = load_config().replace(target={"expr": target}, network={"activation": act, "richness": gamma},
                                     data={"dim": d}, training={"t_max": t_max}, ode={"basis": "extended"})
@@ -103,13 +108,19 @@ def main() -> int:
         tail = mf_tail.meta["info"]["tail"]
         tail_note = (f"{t_tail:.2f} ({tail['evaluations']}, {tail['rule_points_per_direction']} points per direction"
                      + ("; stopped: tail not resolved" if not mf_tail.status.complete else "") + ")")
+        c0 = time.process_time()
+        mf_whole = meanfield_trajectory(theory, drive="whole")
+        t_whole = time.process_time() - c0
+        whole_note = (f"{t_whole:.2f} ({mf_whole.meta['info']['steps']}"
+                      + ("; stopped: " + str(mf_whole.status.error)[:60] if not mf_whole.status.complete else "")
+                      + ")")
         solve_variant(theory, "rational")   # warm: the system built once per process
         c0 = time.process_time()
         solve_variant(theory, "rational")
         t_rat = time.process_time() - c0
         info = mf.meta["info"]
         lines.append(f"| {label} | {len(theory.modes)} | {info['modes_kept']} / {info['directions']} | "
-                     f"{info['steps']} | {t_mf:.2f} | {tail_note} | {t_rat:.3f} | {table} |")
+                     f"{info['steps']} | {t_mf:.2f} | {tail_note} | {whole_note} | {t_rat:.3f} | {table} |")
         print(lines[-1], flush=True)
     lines += ["", f"Load after: {load()}.", ""]
     args.out.write_text("\n".join(lines))

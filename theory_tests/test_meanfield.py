@@ -359,3 +359,37 @@ def test_meanfield_whole_is_a_variant_in_its_place(tmp_path):
         ReducedFlow(g, modes, v, 1.0, 0.5, "erf", drive="whole")
     with pytest.raises(MeanFieldError, match="drive = 'all' is not 'basis'"):
         ReducedFlow(np.array([0.5, 0.3, 0.2]), modes, v, 1.0, 0.5, "erf", drive="all")
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_table_splines_are_fitpacks_surfaces(backend, monkeypatch):
+    """The compiled evaluator of the tables' bicubic splines (both backends of ``bspline_surface``) against
+    FITPACK's own evaluator (``RectBivariateSpline.ev``) on the package's grid: random points, the grid's nodes
+    (where the spline interpolates the table) and the four corners; three orders read in one pass."""
+    from scipy.interpolate import RectBivariateSpline
+
+    from featureode.kernel import loops
+
+    monkeypatch.setitem(loops._CHOSEN, "_bspline_surface", backend)
+    B, S = MeanTable.B, MeanTable.S
+    rng = np.random.default_rng(3)
+    tables = [np.tanh(B[:, None] / (1 + k)) * np.log(S[None, :]) + k * np.cos(B[:, None] * S[None, :] / 50)
+              for k in range(3)]
+    splines = [RectBivariateSpline(B, S, v, kx=3, ky=3) for v in tables]
+    tx, ty, _ = splines[0].tck
+    coefs = np.stack([np.asarray(sp.tck[2]).reshape(tx.size - 4, ty.size - 4) for sp in splines])
+    bb, ss = np.meshgrid(B, S, indexing="ij")
+    x = np.concatenate([rng.uniform(B[0], B[-1], 5000), bb.ravel(), [B[0], B[0], B[-1], B[-1]]])
+    y = np.concatenate([np.exp(rng.uniform(math.log(S[0]), math.log(S[-1]), 5000)), ss.ravel(),
+                        [S[0], S[-1], S[0], S[-1]]])
+    got = loops.bspline_surface(tx, ty, coefs, x, y)
+    for k, sp in enumerate(splines):
+        np.testing.assert_allclose(got[k], sp.ev(x, y), rtol=0, atol=1e-13 * np.abs(tables[k]).max())
+        np.testing.assert_allclose(got[k, 5000:5000 + bb.size], tables[k].ravel(), rtol=0, atol=1e-10)
+    # one s per row (a neuron at every node of a rule): the spline reduced per row, then read
+    monkeypatch.setitem(loops._CHOSEN, "_bspline_rows", backend)
+    xr, yr = x[:5000].reshape(50, 100), y[:50]
+    rows = loops.bspline_rows(tx, ty, coefs, xr, yr)
+    for k, sp in enumerate(splines):
+        np.testing.assert_allclose(rows[k], sp.ev(xr, np.repeat(yr, 100).reshape(50, 100)), rtol=0,
+                                   atol=1e-13 * np.abs(tables[k]).max())

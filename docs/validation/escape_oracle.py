@@ -184,7 +184,7 @@ def main() -> int:
               file=sys.stderr, flush=True)
     head = ["case", "MLP t50 / t10", "λ_β(0)", "lazy t50 / t10", "rational t50 / t10",
             "exact one-mode flow t50 / t10", "ρ_β(γD = 10)", "ρ_β(γD = 30)"]
-    text = [f"# The exact per-neuron flow on the degree-3 misses",
+    text = ["# The exact per-neuron flow on the degree-3 misses",
             "",
             f"Made by `python docs/validation/escape_oracle.py --n {args.n}` ({time.time() - start:.0f} s"
             + (f", {cached} of the {len(CASES)} oracle growths read from a cache" if cached else "")

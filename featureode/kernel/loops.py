@@ -1,6 +1,7 @@
 """Compiled loops of the kernel layer: the Talbot contour factors and sums, and the Talbot densities of the laws of
 ``|ŵ|²`` (:mod:`featureode.kernel.initlaw`) and of the tilted laws of the second-order growth
-(:mod:`featureode.kernel.growth`), many γ per pass.
+(:mod:`featureode.kernel.growth`), many γ per pass; and the bicubic B-spline surface that the mean-field flow reads
+its tables of means from (:class:`featureode.ode.meanfield.MeanTable`).
 
 Two backends with one interface, chosen from :data:`BACKENDS`: each loop is plain Python written for numba
 (``_contour_factors``, ``_contour_sums``, ``_talbot_densities``, ``_tilted_densities``) with a NumPy twin of the
@@ -11,7 +12,8 @@ before (cached and fresh computations stay bitwise equal): numba where its machi
 in the featureode cache says so, written after its first compiled run) or where an earlier process asked for it,
 else the NumPy twin. A process that gives the twin more than :data:`COMPILE_AFTER` laws asks for it (a second
 stamp), and the next process compiles it (≈ 1–3 s, once per install, announced on stderr). So a single cold solve
-pays no compile, and repeated work pays it once. The environment variable ``FEATUREODE_KERNEL_LOOPS`` =
+pays no compile, and repeated work pays it once. The loops of :data:`COMPILED_AT_ONCE` skip the twin: their callers
+run for minutes, where a compile of about a second is always worth it. The environment variable ``FEATUREODE_KERNEL_LOOPS`` =
 ``numba`` | ``numpy`` forces one backend. No fast-math: the same IEEE operations as the NumPy expressions, in
 another order (a complex reciprocal as ``conj(w)/|w|²`` in the numba loops).
 """
@@ -29,14 +31,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["talbot_densities", "tilted_densities", "contour_factors", "contour_sums", "BACKENDS", "COMPILE_AFTER",
-           "backend"]
+__all__ = ["talbot_densities", "tilted_densities", "contour_factors", "contour_sums", "bspline_surface", "bspline_rows",
+           "BACKENDS", "COMPILE_AFTER", "COMPILED_AT_ONCE", "backend"]
 
 #: the backends of every loop
 BACKENDS = ("numba", "numpy")
 #: laws a process gives a loop's NumPy twin before it asks the next process to compile the numba code (≈ 0.3–1 s
 #: of NumPy work)
 COMPILE_AFTER = 4000
+#: loops compiled at their first call in every process (no NumPy twin first): their callers run for minutes
+COMPILED_AT_ONCE = frozenset({"_bspline_surface", "_bspline_rows"})
 
 
 def _talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -233,7 +237,7 @@ def backend(name: str) -> str:
     chosen = _CHOSEN.get(name)
     if chosen is None:
         cached = _stamp(name).exists() or _stamp(name, "wanted").exists()
-        chosen = _CHOSEN[name] = "numba" if cached else "numpy"
+        chosen = _CHOSEN[name] = "numba" if cached or name in COMPILED_AT_ONCE else "numpy"
     return chosen
 
 
@@ -489,4 +493,206 @@ def tilted_densities(base: np.ndarray, recip: np.ndarray, csum: np.ndarray, row0
     out = np.zeros((jreg.size, base.shape[0]))
     _call("_tilted_densities", jreg.size, base, recip, csum, row0, row1, fstart, fdim, fexp, qstart, qsum, qpow,
           qscale, qcoef, istart, iop, iarg, nreg, jstart, jreg, jlo, jhi, out)
+    return out
+
+
+def _bspline_surface(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarray, y: np.ndarray,
+                     out: np.ndarray) -> None:
+    """``out[k, p] = Σ_ij coefs[k, i, j] B_i(x_p) B_j(y_p)``: bicubic tensor-product B-splines on the knots ``tx``,
+    ``ty`` (FITPACK's layout: four equal knots at each end, as in ``RectBivariateSpline.tck``), one coefficient
+    table per ``k``, at points inside the knots' span. The knot interval by bisection, the four nonzero cubic
+    B-splines by the Cox–de Boor recurrence (the interval's right end belongs to the last interval)."""
+    nx = tx.size - 4
+    ny = ty.size - 4
+    bx = np.empty(4)
+    by = np.empty(4)
+    left = np.empty(4)
+    right = np.empty(4)
+    for p in range(x.size):
+        ix = 0
+        iy = 0
+        for axis in range(2):
+            t = tx if axis == 0 else ty
+            n = nx if axis == 0 else ny
+            v = x[p] if axis == 0 else y[p]
+            basis = bx if axis == 0 else by
+            if v >= t[n]:
+                span = n - 1
+            else:
+                lo = 3
+                hi = n
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if v < t[mid]:
+                        hi = mid
+                    else:
+                        lo = mid
+                span = lo
+            basis[0] = 1.0
+            for j in range(1, 4):
+                left[j] = v - t[span + 1 - j]
+                right[j] = t[span + j] - v
+                saved = 0.0
+                for r in range(j):
+                    temp = basis[r] / (right[r + 1] + left[j - r])
+                    basis[r] = saved + right[r + 1] * temp
+                    saved = left[j - r] * temp
+                basis[j] = saved
+            if axis == 0:
+                ix = span - 3
+            else:
+                iy = span - 3
+        for k in range(coefs.shape[0]):
+            acc = 0.0
+            for r in range(4):
+                row = 0.0
+                for q in range(4):
+                    row += coefs[k, ix + r, iy + q] * by[q]
+                acc += bx[r] * row
+            out[k, p] = acc
+
+
+def _bspline_surface_numpy(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarray, y: np.ndarray,
+                           out: np.ndarray) -> None:
+    """The NumPy twin of :func:`_bspline_surface`: the same recurrence on every point of a chunk at once."""
+    def spans_and_basis(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = t.size - 4
+        span = np.clip(np.searchsorted(t, v, side="right") - 1, 3, n - 1)
+        basis = np.zeros((4, v.size))
+        basis[0] = 1.0
+        left = np.zeros((4, v.size))
+        right = np.zeros((4, v.size))
+        for j in range(1, 4):
+            left[j] = v - t[span + 1 - j]
+            right[j] = t[span + j] - v
+            saved = np.zeros(v.size)
+            for r in range(j):
+                temp = basis[r] / (right[r + 1] + left[j - r])
+                basis[r] = saved + right[r + 1] * temp
+                saved = left[j - r] * temp
+            basis[j] = saved
+        return span - 3, basis
+
+    chunk = 1 << 16
+    for start in range(0, x.size, chunk):
+        part = slice(start, start + chunk)
+        ix, bx = spans_and_basis(tx, x[part])
+        iy, by = spans_and_basis(ty, y[part])
+        for k in range(coefs.shape[0]):
+            acc = np.zeros(ix.size)
+            for r in range(4):
+                row = np.zeros(ix.size)
+                for q in range(4):
+                    row += coefs[k, ix + r, iy + q] * by[q]
+                acc += bx[r] * row
+            out[k, part] = acc
+
+
+def bspline_surface(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The surfaces of :func:`_bspline_surface` (``coefs``: ``K × (len(tx) − 4) × (len(ty) − 4)``) at the points
+    ``(x, y)`` (arrays of one shape, or broadcast to one), shape ``K × shape``. The caller keeps the points inside
+    ``[tx[0], tx[-1]] × [ty[0], ty[-1]]``."""
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+    shape = x.shape
+    x = np.ascontiguousarray(x).ravel()
+    y = np.ascontiguousarray(y).ravel()
+    out = np.empty((coefs.shape[0], x.size))
+    _call("_bspline_surface", 1, np.ascontiguousarray(tx, dtype=float), np.ascontiguousarray(ty, dtype=float),
+          np.ascontiguousarray(coefs, dtype=float), x, y, out)
+    return out.reshape((coefs.shape[0],) + shape)
+
+
+def _bspline_rows(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarray, y: np.ndarray,
+                  out: np.ndarray) -> None:
+    """:func:`_bspline_surface` at the points ``(x[n, p], y[n])``: one ``y`` per row, so the spline is first
+    reduced to a cubic in ``x`` per row (``Σ_j coefs[k, i, j] B_j(y[n])``), then read at the row's points."""
+    nx = tx.size - 4
+    ny = ty.size - 4
+    K = coefs.shape[0]
+    bx = np.empty(4)
+    by = np.empty(4)
+    left = np.empty(4)
+    right = np.empty(4)
+    rowc = np.empty((K, nx))
+    for n in range(x.shape[0]):
+        v = y[n]
+        if v >= ty[ny]:
+            span = ny - 1
+        else:
+            lo = 3
+            hi = ny
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if v < ty[mid]:
+                    hi = mid
+                else:
+                    lo = mid
+            span = lo
+        by[0] = 1.0
+        for j in range(1, 4):
+            left[j] = v - ty[span + 1 - j]
+            right[j] = ty[span + j] - v
+            saved = 0.0
+            for r in range(j):
+                temp = by[r] / (right[r + 1] + left[j - r])
+                by[r] = saved + right[r + 1] * temp
+                saved = left[j - r] * temp
+            by[j] = saved
+        iy = span - 3
+        for k in range(K):
+            for i in range(nx):
+                row = 0.0
+                for q in range(4):
+                    row += coefs[k, i, iy + q] * by[q]
+                rowc[k, i] = row
+        for p in range(x.shape[1]):
+            v = x[n, p]
+            if v >= tx[nx]:
+                span = nx - 1
+            else:
+                lo = 3
+                hi = nx
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if v < tx[mid]:
+                        hi = mid
+                    else:
+                        lo = mid
+                span = lo
+            bx[0] = 1.0
+            for j in range(1, 4):
+                left[j] = v - tx[span + 1 - j]
+                right[j] = tx[span + j] - v
+                saved = 0.0
+                for r in range(j):
+                    temp = bx[r] / (right[r + 1] + left[j - r])
+                    bx[r] = saved + right[r + 1] * temp
+                    saved = left[j - r] * temp
+                bx[j] = saved
+            ix = span - 3
+            for k in range(K):
+                acc = 0.0
+                for r in range(4):
+                    acc += bx[r] * rowc[k, ix + r]
+                out[k, n, p] = acc
+
+
+def _bspline_rows_numpy(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarray, y: np.ndarray,
+                        out: np.ndarray) -> None:
+    """The NumPy twin of :func:`_bspline_rows`: :func:`_bspline_surface_numpy` on every point."""
+    flat = np.empty((coefs.shape[0], x.size))
+    _bspline_surface_numpy(tx, ty, coefs, x.ravel(), np.repeat(y, x.shape[1]), flat)
+    out[...] = flat.reshape(out.shape)
+
+
+def bspline_rows(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """:func:`bspline_surface` at the points ``(x[n, p], y[n])`` (``x``: rows × points, ``y``: one per row), shape
+    ``K × rows × points`` (:func:`_bspline_rows`: the spline reduced to a cubic in ``x`` once per row)."""
+    x = np.ascontiguousarray(x, dtype=float)
+    y = np.ascontiguousarray(y, dtype=float).ravel()
+    if x.ndim != 2 or y.size != x.shape[0]:
+        raise ValueError(f"bspline_rows needs x of rows × points and one y per row, got {x.shape} and {y.shape}")
+    out = np.empty((coefs.shape[0],) + x.shape)
+    _call("_bspline_rows", 1, np.ascontiguousarray(tx, dtype=float), np.ascontiguousarray(ty, dtype=float),
+          np.ascontiguousarray(coefs, dtype=float), x, y, out)
     return out

@@ -100,7 +100,9 @@ def rk4_step(velocity: Callable[[tuple], tuple], state: tuple, h: float) -> tupl
 class MeanTable:
     """``m_k(b, s)`` of an activation without a closed-form mean: its quadrature rule (``Activation.mean_numpy``)
     on a table of ``b ∈ [−100, 100]`` (201 points, ``3 sinh``-spaced: 0.13 apart near 0, 4 apart at the ends) ×
-    ``s ∈ [0.02, 100]`` (140 points, log-spaced), one bicubic spline per order. A neuron outside it stops the run
+    ``s ∈ [0.02, 100]`` (140 points, log-spaced), one interpolating bicubic spline per order (SciPy's
+    ``RectBivariateSpline``, evaluated by the compiled loop :func:`featureode.kernel.loops.bspline_surface`, which
+    reads several orders in one pass; :meth:`many`). A neuron outside it stops the run
     there, with its curve so far (trained neurons keep growing long after the loss has fallen: a wide2 SiLU bias
     reached 24 at t ≈ 10⁴). A table is computed once per machine and kept in the cache
     (:func:`featureode.core.cache.cache_dir`, named by a hash of the activation's SymPy expression, the order and
@@ -108,7 +110,8 @@ class MeanTable:
 
     B = 3.0 * np.sinh(np.linspace(-math.asinh(100 / 3), math.asinh(100 / 3), 201))
     S = np.geomspace(0.02, 100.0, 140)
-    _splines: dict[tuple[str, int], RectBivariateSpline] = {}   # (srepr of the expression, order) → spline
+    #: (srepr of the expression, order) → the spline's (knots in b, knots in s, coefficients)
+    _splines: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def __init__(self, act: Any) -> None:
         self.act = act
@@ -145,17 +148,36 @@ class MeanTable:
             pass   # a read-only cache: the table is only recomputed next time
         return vals
 
-    def __call__(self, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    def _spline(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         key = (self.expr, k)
         spline = self._splines.get(key)
         if spline is None:
-            spline = self._splines[key] = RectBivariateSpline(self.B, self.S, self.values(k), kx=3, ky=3)
+            tx, ty, c = RectBivariateSpline(self.B, self.S, self.values(k), kx=3, ky=3).tck
+            spline = self._splines[key] = (tx, ty, np.asarray(c).reshape(tx.size - 4, ty.size - 4))
+        return spline
+
+    def many(self, ks: tuple[int, ...], b: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """``m_k(b, s)`` for every order of ``ks`` (shape ``len(ks) × b.shape``), in one pass over the points. With
+        ``b`` of rows × points and ``s`` a column (one value per row: a neuron's ``s`` at every node of a rule),
+        the spline is reduced to a cubic in ``b`` once per row (:func:`featureode.kernel.loops.bspline_rows`)."""
+        b, s = np.asarray(b, float), np.asarray(s, float)
+        rows = b.ndim == 2 and s.shape == (b.shape[0], 1)
+        if not rows:
+            b, s = np.broadcast_arrays(b, s)
         if b.min() < self.B[0] or b.max() > self.B[-1] or s.min() < self.S[0] or s.max() > self.S[-1]:
             raise MeanFieldError(f"meanfield: a neuron left the table of m_k of {self.act.name} (b in "
                                  f"[{b.min():.3g}, {b.max():.3g}], |w| in [{s.min():.3g}, {s.max():.3g}]; the "
                                  f"table holds |b| ≤ {self.B[-1]:.0f}, {self.S[0]} ≤ |w| ≤ {self.S[-1]:.0f}); "
                                  "shorten t_max or lower the richness γ")
-        return np.asarray(spline.ev(b, s))
+        from featureode.kernel.loops import bspline_rows, bspline_surface
+
+        splines = [self._spline(k) for k in ks]
+        tx, ty, _ = splines[0]   # one grid, so the same knots for every order
+        coefs = np.stack([c for _, _, c in splines])
+        return bspline_rows(tx, ty, coefs, b, s[:, 0]) if rows else bspline_surface(tx, ty, coefs, b, s)
+
+    def __call__(self, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return self.many((k,), b, s)[0]
 
 
 #: the tail loss (:meth:`ReducedFlow.tail_loss`) is evaluated where t has grown by this factor since its last value
@@ -191,11 +213,25 @@ class TailError(MeanFieldError):
     """The loss outside the basis is not resolved by the tail's rules (the run stops there, its curve kept)."""
 
 
-def _means(activation: str) -> Callable[[int, np.ndarray, np.ndarray], np.ndarray]:
+class ClosedMeans:
+    """``m_k(b, s)`` of an activation with a closed-form mean (``Activation.mean_numpy``), with
+    :class:`MeanTable`'s interface."""
+
+    def __init__(self, act: Any) -> None:
+        self.act = act
+
+    def __call__(self, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return np.asarray(self.act.mean_numpy(k)(b, s))
+
+    def many(self, ks: tuple[int, ...], b: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """``m_k(b, s)`` for every order of ``ks`` (shape ``len(ks) × b.shape``; ``s`` broadcast to ``b``)."""
+        b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
+        return np.stack([self(k, b, s) for k in ks])
+
+
+def _means(activation: str) -> "ClosedMeans | MeanTable":
     act = get_activation(activation)
-    if act.mean0 is not None:
-        return lambda k, b, s: act.mean_numpy(k)(b, s)
-    return MeanTable(act)
+    return ClosedMeans(act) if act.mean0 is not None else MeanTable(act)
 
 
 class ReducedFlow:
@@ -310,7 +346,7 @@ class ReducedFlow:
     def _compute_parts(self, state: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         _, W, b, C = state
         s = np.sqrt((W**2).sum(1) + self._perp(C, 1))
-        m = {q: self._mean(q, b, s) for q in self.orders}
+        m = dict(zip(self.orders, self._mean.many(tuple(self.orders), b, s)))
         n, k = W.shape
         M = len(self.modes)
         A, dW, db, dperp = np.empty((n, M)), np.zeros((n, M, k)), np.empty((n, M)), np.empty((n, M))
@@ -370,7 +406,7 @@ class ReducedFlow:
         F = np.empty(Z.shape[0])
         for k in range(0, Z.shape[0], 256):   # blocks of nodes: (n neurons × 256) at a time
             U = W @ Z[k:k + 256].T + b[:, None]
-            F[k:k + 256] = a @ self._mean(0, U, np.broadcast_to(s[:, None], U.shape)) / a.size
+            F[k:k + 256] = a @ self._mean.many((0,), U, s[:, None])[0] / a.size
         return F
 
     def _tail_at(self, state: tuple, rung: int, basis: float) -> float:
@@ -432,8 +468,7 @@ class ReducedFlow:
         (Z, _, _), _ = self._drive_rule()
         _, W, b, C = state
         U = W @ Z.T + b[:, None]
-        S = np.broadcast_to(np.sqrt(self._perp(C, 1))[:, None], U.shape)
-        means = tuple(self._mean(k, U, S) for k in (0, 1, 2))
+        means = tuple(self._mean.many((0, 1, 2), U, np.sqrt(self._perp(C, 1))[:, None]))
         self._whole = (state, rung, means)
         return means
 
