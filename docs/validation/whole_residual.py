@@ -1,0 +1,127 @@
+"""The mean-field flow driven by the whole residual on T (``meanfield+whole``), scored against the stored MLP runs.
+
+``meanfield+tail`` drives the neurons with the basis' modes in the target's directions T and adds the loss on every
+other mode in T; ``meanfield+whole`` drives them with the whole residual ``y − P_T f`` on T, every degree included,
+through the tail's Gauss–Hermite rule: the gradient flow of the loss on T
+(:class:`featureode.ode.meanfield.ReducedFlow` with ``drive="whole"``). Its RK4 step is set by the largest
+eigenvalue of that flow's own kernel. Nothing is fitted.
+
+Ratios are per seed (flow/MLP), then averaged over the case's seeds, as ``closure_scores.py`` does; each flow runs to
+a loss of 0.05 or 3× the latest seed's t10 (6× its t50 without one), at most 5000 RK4 steps. Every finished case is
+kept in ``--json`` (``whole_residual_SUITE.json``) at once, so a rerun resumes where the last one stopped; ``--md``
+writes the table of every case kept for the suite, beside the ``meanfield`` and ``meanfield+tail`` ratios of the
+same cases read from the per-case tables of ``tail_loss.md``, with the counts of all three over the same cases.
+
+Run:  python docs/validation/whole_residual.py --suite wide [--cases 8,10] [--md FILE] [--json FILE]
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from escape_oracle import stored_runs  # noqa: E402
+from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, stored_horizon,  # noqa: E402
+                                suite_parser, write_report)
+from featureode.core.cache import atomic_bytes  # noqa: E402
+from featureode.kernel.theory import kernel_theory  # noqa: E402
+from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
+
+NAME = "`meanfield+whole`"
+
+
+def score_case(suite: str, case: tuple) -> dict:
+    """Run ``meanfield+whole`` on one case and score it against every stored training of it."""
+    seeds = [(m50, m10) for _, m50, m10 in stored_runs(suite, *case[2:], act=case[1])]
+    out: dict = {"label": case_label(*case), "mlp": [list(s) for s in seeds]}
+    if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
+        out["note"] = "no stored run reached t50"
+        return out
+    start = time.time()
+    theory = kernel_theory(case_config(case), with_gram=True)
+    try:
+        flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
+                           float(theory.gamma), float(theory.bias_std), str(theory.activation), drive="whole")
+        ts, fs, error = flow.run(stored_horizon(seeds), stop_loss=0.05, max_steps=5000)
+    except MeanFieldError as exc:
+        out.update(note=f"failed: {exc}", seconds=time.time() - start)
+        return out
+    loss = flow.loss(ts, fs)
+    out["ratios"] = [[crossing(ts, loss, 0.5) / m50, crossing(ts, loss, 0.1) / m10] for m50, m10 in seeds]
+    m10s = [m10 for _, m10 in seeds if math.isfinite(m10)]
+    tail_t, tail_v = flow.tail_path
+    if m10s and tail_t[-1] >= np.mean(m10s):
+        out["tail_at_t10"] = float(np.interp(np.mean(m10s), tail_t, tail_v))
+    out.update(steps=len(ts) - 1, t_end=float(ts[-1]), monotone=bool(np.all(np.diff(loss) <= 1e-9)),
+               note=error or "", seconds=time.time() - start)
+    return out
+
+
+def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tuple[tuple[float, float], ...]]:
+    """The seed-mean ``(t50, t10)`` ratios of ``meanfield`` and ``meanfield+tail`` per case of ``suite``, read from
+    the per-case tables of ``tail_loss.md`` (the same stored runs, scored the same way)."""
+    def pair(cell: str) -> tuple[float, float]:
+        return tuple(float(x) if x.strip() not in ("—", "") else math.nan for x in cell.split("/"))  # type: ignore
+
+    out, section = {}, None
+    for line in page.read_text().splitlines():
+        if line.startswith("### "):
+            section = line[4:].strip()
+        elif section == suite and line.startswith("| ") and line[2:3].isdigit():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            out[int(cells[0].split(":")[0])] = (pair(cells[2]), pair(cells[3]))
+    return out
+
+
+def main() -> int:
+    parser = suite_parser(__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
+                        "(default: whole_residual_SUITE.json beside this script)")
+    args = parser.parse_args()
+    args.json = args.json or HERE / f"whole_residual_{args.suite}.json"
+    kept = json.loads(args.json.read_text()) if args.json.exists() else {}
+    for i, case in picked_cases(args):
+        key = f"{args.suite}:{i}"
+        if key in kept:
+            continue
+        kept[key] = score_case(args.suite, case)
+        atomic_bytes(args.json, (json.dumps(kept, indent=1) + "\n").encode())
+        r = kept[key]
+        print(f"{i}: {r['label']}: {r.get('ratios')} {r.get('note', '')} ({r.get('seconds', 0):.0f} s)",
+              file=sys.stderr, flush=True)
+    rows, pairs, before = [], {"`meanfield`": [], "`meanfield+tail`": [], NAME: []}, earlier_rows(args.suite)
+    nan2 = (math.nan, math.nan)
+    for key, r in sorted(kept.items(), key=lambda kv: int(kv[0].split(":")[1])):
+        if not key.startswith(args.suite + ":"):
+            continue
+        mf, mf_tail = before.get(int(key.split(":")[1]), (nan2, nan2))
+        ratios = tuple(float(np.nanmean(x)) if len(x) else math.nan for x in zip(*r.get("ratios", []))) \
+            or (math.nan, math.nan)
+        mlp = [tuple(s) for s in r["mlp"]]
+        if mlp and all(math.isfinite(m10) for _, m10 in mlp):
+            for name, pair in (("`meanfield`", mf), ("`meanfield+tail`", mf_tail), (NAME, ratios)):
+                pairs[name].append(pair)
+        mean50 = np.nanmean([m50 for m50, _ in mlp]) if mlp else math.nan
+        mean10 = np.nanmean([m10 for _, m10 in mlp]) if any(math.isfinite(m10) for _, m10 in mlp) else math.nan
+        tail = r.get("tail_at_t10")
+        rows.append([f"{key.split(':')[1]}: {r['label']}", f"{fmt(mean50)} / {fmt(mean10)}",
+                     " / ".join(fmt(x) for x in mf), " / ".join(fmt(x) for x in mf_tail),
+                     " / ".join(fmt(x) for x in ratios), "—" if tail is None else f"{tail:.4f}",
+                     {True: "yes", False: "**no**"}.get(r.get("monotone"), "—"), str(r.get("steps", "—")),
+                     f"{r.get('seconds', 0):.0f}", r.get("note", "")])
+    head = ["case", "MLP t50 / t10", "`meanfield` t50 / t10 ratio", "`meanfield+tail` t50 / t10 ratio",
+            f"{NAME} t50 / t10 ratio", "tail at the MLP's t10 (of L(0))", "loss monotone",
+            "RK4 steps", "s", "note"]
+    write_report(head, rows, args.md, pairs if pairs[NAME] else None,
+                 counted="every stored run crossed both levels")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
