@@ -13,9 +13,9 @@ in the featureode cache says so, written after its first compiled run) or where 
 else the NumPy twin. A process that gives the twin more than :data:`COMPILE_AFTER` laws asks for it (a second
 stamp), and the next process compiles it (≈ 1–3 s, once per install, announced on stderr). So a single cold solve
 pays no compile, and repeated work pays it once. The loops of :data:`COMPILED_AT_ONCE` skip the twin: their callers
-run for minutes, where a compile of about a second is always worth it. The environment variable ``FEATUREODE_KERNEL_LOOPS`` =
-``numba`` | ``numpy`` forces one backend. No fast-math: the same IEEE operations as the NumPy expressions, in
-another order (a complex reciprocal as ``conj(w)/|w|²`` in the numba loops).
+run for minutes, where a compile of about a second is always worth it. The environment variable
+``FEATUREODE_KERNEL_LOOPS`` = ``numba`` | ``numpy`` forces one backend. No fast-math: the same IEEE operations as
+the NumPy expressions, in another order (a complex reciprocal as ``conj(w)/|w|²`` in the numba loops).
 """
 from __future__ import annotations
 
