@@ -204,11 +204,26 @@ _NUMPY_LAWS: dict[str, int] = {}      # laws given to each NumPy twin in this pr
 _READY: set[str] = set()     # loops whose 'wanted' stamp this process wrote
 
 
+#: helpers the loops call, written for numba like them: :func:`_compiled` compiles each and hands it to the loops
+HELPERS = ("_span_basis",)
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled(name: str) -> Any:   # a numba dispatcher (callable, with .stats)
+    """Loop (or helper) ``name`` compiled by numba. A loop sees every one of :data:`HELPERS` compiled: it is
+    compiled as a copy of itself whose globals name the helpers' dispatchers (the module keeps the plain Python
+    functions, so importing it needs no numba)."""
+    import types
+
     import numba
 
-    return numba.njit(cache=True, fastmath=False, boundscheck=False, nogil=True)(globals()[name])
+    fn = globals()[name]
+    if name not in HELPERS:
+        scope = dict(fn.__globals__, **{helper: _compiled(helper) for helper in HELPERS})
+        clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+        clone.__qualname__, clone.__doc__ = fn.__qualname__, fn.__doc__
+        fn = clone
+    return numba.njit(cache=True, fastmath=False, boundscheck=False, nogil=True)(fn)
 
 
 @functools.lru_cache(maxsize=None)
@@ -219,7 +234,8 @@ def _stamp(name: str, kind: str = "ready") -> Path:
 
     from featureode.core.cache import cache_dir
 
-    digest = hashlib.sha256(inspect.getsource(globals()[name]).encode()).hexdigest()[:16]
+    text = "".join(inspect.getsource(globals()[part]) for part in (name, *HELPERS))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     return cache_dir() / f"kernel_loop{name}_{digest}.{kind}-{metadata.version('numba')}"
 
 
@@ -496,12 +512,40 @@ def tilted_densities(base: np.ndarray, recip: np.ndarray, csum: np.ndarray, row0
     return out
 
 
+def _span_basis(t: np.ndarray, n: int, v: float, basis: np.ndarray, left: np.ndarray, right: np.ndarray) -> int:
+    """The knot interval ``[t[span], t[span + 1])`` holding ``v`` (bisection over ``t[3..n]``; ``v ≥ t[n]`` belongs
+    to the last interval) and the four cubic B-splines nonzero there, written into ``basis`` by the Cox–de Boor
+    recurrence (``left``, ``right``: scratch of length 4). Returns ``span``. For the loops (:data:`HELPERS`)."""
+    if v >= t[n]:
+        span = n - 1
+    else:
+        lo = 3
+        hi = n
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if v < t[mid]:
+                hi = mid
+            else:
+                lo = mid
+        span = lo
+    basis[0] = 1.0
+    for j in range(1, 4):
+        left[j] = v - t[span + 1 - j]
+        right[j] = t[span + j] - v
+        saved = 0.0
+        for r in range(j):
+            temp = basis[r] / (right[r + 1] + left[j - r])
+            basis[r] = saved + right[r + 1] * temp
+            saved = left[j - r] * temp
+        basis[j] = saved
+    return span
+
+
 def _bspline_surface(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarray, y: np.ndarray,
                      out: np.ndarray) -> None:
     """``out[k, p] = Σ_ij coefs[k, i, j] B_i(x_p) B_j(y_p)``: bicubic tensor-product B-splines on the knots ``tx``,
     ``ty`` (FITPACK's layout: four equal knots at each end, as in ``RectBivariateSpline.tck``), one coefficient
-    table per ``k``, at points inside the knots' span. The knot interval by bisection, the four nonzero cubic
-    B-splines by the Cox–de Boor recurrence (the interval's right end belongs to the last interval)."""
+    table per ``k``, at points inside the knots' span (:func:`_span_basis` per point and axis)."""
     nx = tx.size - 4
     ny = ty.size - 4
     bx = np.empty(4)
@@ -509,39 +553,8 @@ def _bspline_surface(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.nd
     left = np.empty(4)
     right = np.empty(4)
     for p in range(x.size):
-        ix = 0
-        iy = 0
-        for axis in range(2):
-            t = tx if axis == 0 else ty
-            n = nx if axis == 0 else ny
-            v = x[p] if axis == 0 else y[p]
-            basis = bx if axis == 0 else by
-            if v >= t[n]:
-                span = n - 1
-            else:
-                lo = 3
-                hi = n
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    if v < t[mid]:
-                        hi = mid
-                    else:
-                        lo = mid
-                span = lo
-            basis[0] = 1.0
-            for j in range(1, 4):
-                left[j] = v - t[span + 1 - j]
-                right[j] = t[span + j] - v
-                saved = 0.0
-                for r in range(j):
-                    temp = basis[r] / (right[r + 1] + left[j - r])
-                    basis[r] = saved + right[r + 1] * temp
-                    saved = left[j - r] * temp
-                basis[j] = saved
-            if axis == 0:
-                ix = span - 3
-            else:
-                iy = span - 3
+        ix = _span_basis(tx, nx, x[p], bx, left, right) - 3
+        iy = _span_basis(ty, ny, y[p], by, left, right) - 3
         for k in range(coefs.shape[0]):
             acc = 0.0
             for r in range(4):
@@ -615,30 +628,7 @@ def _bspline_rows(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarr
     right = np.empty(4)
     rowc = np.empty((K, nx))
     for n in range(x.shape[0]):
-        v = y[n]
-        if v >= ty[ny]:
-            span = ny - 1
-        else:
-            lo = 3
-            hi = ny
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if v < ty[mid]:
-                    hi = mid
-                else:
-                    lo = mid
-            span = lo
-        by[0] = 1.0
-        for j in range(1, 4):
-            left[j] = v - ty[span + 1 - j]
-            right[j] = ty[span + j] - v
-            saved = 0.0
-            for r in range(j):
-                temp = by[r] / (right[r + 1] + left[j - r])
-                by[r] = saved + right[r + 1] * temp
-                saved = left[j - r] * temp
-            by[j] = saved
-        iy = span - 3
+        iy = _span_basis(ty, ny, y[n], by, left, right) - 3
         for k in range(K):
             for i in range(nx):
                 row = 0.0
@@ -646,30 +636,7 @@ def _bspline_rows(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarr
                     row += coefs[k, i, iy + q] * by[q]
                 rowc[k, i] = row
         for p in range(x.shape[1]):
-            v = x[n, p]
-            if v >= tx[nx]:
-                span = nx - 1
-            else:
-                lo = 3
-                hi = nx
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    if v < tx[mid]:
-                        hi = mid
-                    else:
-                        lo = mid
-                span = lo
-            bx[0] = 1.0
-            for j in range(1, 4):
-                left[j] = v - tx[span + 1 - j]
-                right[j] = tx[span + j] - v
-                saved = 0.0
-                for r in range(j):
-                    temp = bx[r] / (right[r + 1] + left[j - r])
-                    bx[r] = saved + right[r + 1] * temp
-                    saved = left[j - r] * temp
-                bx[j] = saved
-            ix = span - 3
+            ix = _span_basis(tx, nx, x[n, p], bx, left, right) - 3
             for k in range(K):
                 acc = 0.0
                 for r in range(4):
