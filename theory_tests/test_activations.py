@@ -260,6 +260,36 @@ def test_mean_numpy_closed_form_against_oracle(name: str) -> None:
             assert abs(got[j] - ref) <= 1e-12 * abs(ref) + 1e-15, (name, k, bj, sj, got[j], float(ref))
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_fused_means_against_oracle(name: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``means_numpy(ks)`` (every order in one pass: compiled loop or NumPy statements) vs the Gauss–Legendre
+    oracle, with ``s`` broadcast over points and read once per row."""
+    if backend == "numpy":
+        monkeypatch.setenv("FEATUREODE_KERNEL_LOOPS", "numpy")
+    ks = (0, 1, 2, 3)
+    fn = ACTIVATIONS[name].means_numpy(ks)
+    b = np.array([p[0] for p in POINTS])
+    s = np.array([p[1] for p in POINTS])
+    ref = np.array([[float(oracle_mu(name, bj, sj)[k] * mpmath.sqrt(mpmath.factorial(k)) / mpf(sj) ** k)
+                     for bj, sj in POINTS] for k in ks])
+    flat = fn(b, s)
+    assert flat.shape == (len(ks), b.size)
+    assert np.all(np.abs(flat - ref) <= 1e-12 * np.abs(ref) + 1e-15), (name, backend, flat - ref)
+    # rows: b (n, q) with s (n, 1); row i at the points' b and a common s
+    rows = fn(np.tile(b, (2, 1)), s[:2, None])
+    assert rows.shape == (len(ks), 2, b.size)
+    for i in range(2):
+        np.testing.assert_allclose(rows[:, i], fn(b, np.full(b.size, s[i])), rtol=1e-14, atol=1e-16)
+        np.testing.assert_allclose(rows[:, i, i], ref[:, i], rtol=1e-12, atol=1e-15)
+    assert fn(0.3, 0.5).shape == (len(ks),)
+
+
+def test_fused_means_need_a_closed_form() -> None:
+    with pytest.raises(ActivationError, match="no closed-form mean"):
+        ACTIVATIONS["tanh"].means_numpy((0, 1))
+
+
 def test_mean_numpy_broadcasting_and_mixed_scales() -> None:
     """Arrays mixing small and large s (different panel counts) agree with element-by-element calls."""
     fn = ACTIVATIONS["tanh"].mean_numpy(2)

@@ -224,9 +224,9 @@ class ClosedMeans:
         return np.asarray(self.act.mean_numpy(k)(b, s))
 
     def many(self, ks: tuple[int, ...], b: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """``m_k(b, s)`` for every order of ``ks`` (shape ``len(ks) × b.shape``; ``s`` broadcast to ``b``)."""
-        b, s = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float))
-        return np.stack([self(k, b, s) for k in ks])
+        """``m_k(b, s)`` for every order of ``ks`` (shape ``len(ks) × b.shape``; ``s`` broadcast to ``b``, a column
+        read once per row), the orders in one pass with their common parts shared (``Activation.means_numpy``)."""
+        return self.act.means_numpy(tuple(ks))(b, s)
 
 
 def _means(activation: str) -> "ClosedMeans | MeanTable":
