@@ -361,6 +361,34 @@ def test_meanfield_whole_is_a_variant_in_its_place(tmp_path):
         ReducedFlow(np.array([0.5, 0.3, 0.2]), modes, v, 1.0, 0.5, "erf", drive="all")
 
 
+def test_whole_residual_flow_does_not_read_the_basis():
+    """``meanfield+whole`` on the extended basis and on the target basis: the same neurons' flow (f on the target's
+    modes equal to 1e-9 at every step), and the target basis' loss is the extended one less its modes outside T
+    (:meth:`ReducedFlow.loss_on_T`), to 1e-9 of L(0) where the tail was evaluated. The extended basis holds modes outside T here (z0*z1*h2(z3)),
+    so the two losses differ."""
+    runs = {}
+    for basis in ("extended", "target"):
+        theory = kernel_theory(_small(ode={"basis": basis}), with_gram=True)
+        flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
+                           float(theory.gamma), float(theory.bias_std), str(theory.activation), m=8, drive="whole")
+        ts, fs, err = flow.run(40.0)
+        assert err is None
+        runs[basis] = (flow, list(theory.modes), ts, fs)
+    ext, ext_modes, ts, fs = runs["extended"]
+    tgt, tgt_modes, ts_t, fs_t = runs["target"]
+    assert len(ts) == len(ts_t) and np.allclose(ts, ts_t, rtol=0, atol=1e-12)
+    cols = [ext_modes.index(m) for m in tgt_modes]
+    np.testing.assert_allclose(fs[:, cols], fs_t, atol=1e-9)
+    outside = ext.loss(ts, fs) - ext.loss_on_T(ts, fs)
+    assert outside.max() > 1e-4                               # modes outside T with a part in the loss
+    # equal where the tail was evaluated; between, each interpolates the tail over its own basis' part (1e-3)
+    at = np.isin(ts, ext.tail_path[0])
+    assert at.sum() > 10 and np.allclose(ext.tail_path[0], tgt.tail_path[0], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(ext.loss_on_T(ts, fs)[at], tgt.loss(ts_t, fs_t)[at], atol=1e-9)
+    np.testing.assert_allclose(ext.loss_on_T(ts, fs), tgt.loss(ts_t, fs_t), atol=1e-3)
+    np.testing.assert_allclose(tgt.loss_on_T(ts_t, fs_t), tgt.loss(ts_t, fs_t), atol=0)
+
+
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_table_splines_are_fitpacks_surfaces(backend, monkeypatch):
     """The compiled evaluator of the tables' bicubic splines (both backends of ``bspline_surface``) against

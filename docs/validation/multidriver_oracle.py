@@ -271,10 +271,10 @@ def suite_cases(name: str) -> list[tuple]:
     return out
 
 
-def suite_parser(description: str) -> argparse.ArgumentParser:
-    """The arguments every per-suite script takes: ``--suite``, ``--cases`` and ``--md``."""
+def suite_parser(description: str, suites: tuple[str, ...] = ("wide", "wide2")) -> argparse.ArgumentParser:
+    """The arguments every per-suite script takes: ``--suite`` (one of ``suites``), ``--cases`` and ``--md``."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--suite", choices=["wide", "wide2"], required=True)
+    p.add_argument("--suite", choices=list(suites), required=True)
     p.add_argument("--cases", default="", help="comma-separated case numbers (0-based); default every case")
     p.add_argument("--md", type=Path, help="write the Markdown table here (default: print it)")
     return p
@@ -294,7 +294,7 @@ def stored_horizon(times: "list[tuple[float, float]]") -> float:
 
 
 #: the base values of each suite (a case's label names only what differs from them, and always d, γ, σ_b, N)
-BASES = {"wide": (1.5, 3.0), "wide2": (1.25, 2.0)}
+BASES = {"wide": (1.5, 3.0), "wide2": (1.25, 2.0), "standard": (1.5, 3.0)}
 
 
 def case_label(suite: str, act: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float,

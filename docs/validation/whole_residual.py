@@ -7,15 +7,20 @@ through the tail's Gauss–Hermite rule: the gradient flow of the loss on T
 eigenvalue of that flow's own kernel. Nothing is fitted.
 
 Ratios are per seed (flow/MLP), then averaged over the case's seeds, as ``closure_scores.py`` does; each flow runs to
-a loss of 0.05 or 3× the latest seed's t10 (6× its t50 without one), at most 5000 RK4 steps. Every finished case is
-kept in ``--json`` (``whole_residual_SUITE.json``) at once, so a rerun resumes where the last one stopped; ``--md``
-writes the table of every case kept for the suite, beside the ``meanfield`` and ``meanfield+tail`` ratios of the
-same cases read from the per-case tables of ``tail_loss.md``, with the counts of all three over the same cases.
+a loss of 0.05 or 3× the latest seed's t10 (6× its t50 without one), at most 5000 RK4 steps. One run gives both
+bases: the flow does not read the basis, and the target basis' loss is the extended one less its modes outside T
+(:meth:`~featureode.ode.meanfield.ReducedFlow.loss_on_T`; cases kept before this was recorded have no target-basis
+ratio). A configuration that another suite's file holds (the standard suite's base is the wide suite's) is not run
+again: its crossing times are scored against this suite's runs. Every finished case is kept in ``--json``
+(``whole_residual_SUITE.json``) at once, so a rerun resumes where the last one stopped; ``--md`` writes the table of
+every case kept for the suite, beside the ``meanfield`` and ``meanfield+tail`` ratios of the same cases read from
+the per-case tables of ``tail_loss.md``, with the counts over the same cases.
 
-Run:  python docs/validation/whole_residual.py --suite wide [--cases 8,10] [--md FILE] [--json FILE]
+Run:  python docs/validation/whole_residual.py --suite standard|wide|wide2 [--cases 8,10] [--md FILE] [--json FILE]
 """
 from __future__ import annotations
 
+import csv
 import json
 import math
 import sys
@@ -23,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -36,12 +42,44 @@ from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 NAME = "`meanfield+whole`"
 
 
+def stored(suite: str, case: tuple) -> list[tuple[float, float]]:
+    """``(t50, t10)`` of every stored MLP training of a case (NaN where it never crossed). The standard suite's
+    table (``mlp_crossings_standard.csv``) names only the columns its grid varies (target, d, γ); the others are
+    the suite's fixed values, which ``case`` holds."""
+    if suite != "standard":
+        return [(m50, m10) for _, m50, m10 in stored_runs(suite, *case[2:], act=case[1])]
+    _, _, target, d, _, _, gamma, _, _ = case
+    with open(HERE / "mlp_crossings_standard.csv") as fh:
+        return [(float(row["mlp_t50"] or "nan"), float(row["mlp_t10"] or "nan")) for row in csv.DictReader(fh)
+                if row["target.expr"] == target and int(row["data.dim"]) == d
+                and math.isclose(float(row["network.richness"]), gamma)]
+
+
+def earlier_flow(case: tuple) -> "tuple[str, dict] | None":
+    """A run of the same configuration kept for another suite (``whole_residual_*.json``) that crossed both
+    levels: the flow does not depend on the suite, only the stored MLP runs it is scored against do."""
+    for path in sorted(HERE.glob("whole_residual_*.json")):
+        for key, r in json.loads(path.read_text()).items():
+            if r.get("case") == list(case[1:]) and all(math.isfinite(x) for x in r.get("flow", [math.nan])):
+                return key, r
+    return None
+
+
 def score_case(suite: str, case: tuple) -> dict:
-    """Run ``meanfield+whole`` on one case and score it against every stored training of it."""
-    seeds = [(m50, m10) for _, m50, m10 in stored_runs(suite, *case[2:], act=case[1])]
-    out: dict = {"label": case_label(*case), "mlp": [list(s) for s in seeds]}
+    """Run ``meanfield+whole`` on one case and score it against every stored training of it, on the extended
+    basis (``ratios``) and on the target basis (``ratios_T``, the loss on T: :meth:`ReducedFlow.loss_on_T`)."""
+    seeds = stored(suite, case)
+    out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds]}
     if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
         out["note"] = "no stored run reached t50"
+        return out
+    same = earlier_flow(case)
+    if same is not None:
+        key, r = same
+        for name, times in (("ratios", r["flow"]), ("ratios_T", r["flow_T"])):
+            out[name] = [[times[0] / m50, times[1] / m10] for m50, m10 in seeds]
+        out.update({k: r[k] for k in ("flow", "flow_T", "steps", "t_end", "monotone", "note", "seconds") if k in r})
+        out["reused"] = key
         return out
     start = time.time()
     theory = kernel_theory(case_config(case), with_gram=True)
@@ -52,8 +90,11 @@ def score_case(suite: str, case: tuple) -> dict:
     except MeanFieldError as exc:
         out.update(note=f"failed: {exc}", seconds=time.time() - start)
         return out
-    loss = flow.loss(ts, fs)
-    out["ratios"] = [[crossing(ts, loss, 0.5) / m50, crossing(ts, loss, 0.1) / m10] for m50, m10 in seeds]
+    loss, loss_T = flow.loss(ts, fs), flow.loss_on_T(ts, fs)
+    out["flow"] = [crossing(ts, loss, 0.5), crossing(ts, loss, 0.1)]
+    out["flow_T"] = [crossing(ts, loss_T, 0.5), crossing(ts, loss_T, 0.1)]
+    out["ratios"] = [[out["flow"][0] / m50, out["flow"][1] / m10] for m50, m10 in seeds]
+    out["ratios_T"] = [[out["flow_T"][0] / m50, out["flow_T"][1] / m10] for m50, m10 in seeds]
     m10s = [m10 for _, m10 in seeds if math.isfinite(m10)]
     tail_t, tail_v = flow.tail_path
     if m10s and tail_t[-1] >= np.mean(m10s):
@@ -80,7 +121,7 @@ def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tu
 
 
 def main() -> int:
-    parser = suite_parser(__doc__.splitlines()[0])
+    parser = suite_parser(__doc__.splitlines()[0], ("standard", "wide", "wide2"))
     parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
                         "(default: whole_residual_SUITE.json beside this script)")
     args = parser.parse_args()
@@ -90,33 +131,40 @@ def main() -> int:
         key = f"{args.suite}:{i}"
         if key in kept:
             continue
-        kept[key] = score_case(args.suite, case)
-        atomic_bytes(args.json, (json.dumps(kept, indent=1) + "\n").encode())
-        r = kept[key]
+        r = score_case(args.suite, case)
+        with FileLock(str(args.json) + ".lock"):   # other processes may have kept cases of this suite meanwhile
+            kept = json.loads(args.json.read_text()) if args.json.exists() else {}
+            kept[key] = r
+            atomic_bytes(args.json, (json.dumps(kept, indent=1) + "\n").encode())
         print(f"{i}: {r['label']}: {r.get('ratios')} {r.get('note', '')} ({r.get('seconds', 0):.0f} s)",
               file=sys.stderr, flush=True)
-    rows, pairs, before = [], {"`meanfield`": [], "`meanfield+tail`": [], NAME: []}, earlier_rows(args.suite)
+    target_name = f"{NAME}, target basis"
+    rows, before = [], earlier_rows(args.suite)
+    pairs: dict[str, list] = {"`meanfield`": [], "`meanfield+tail`": [], NAME: [], target_name: []}
     nan2 = (math.nan, math.nan)
     for key, r in sorted(kept.items(), key=lambda kv: int(kv[0].split(":")[1])):
         if not key.startswith(args.suite + ":"):
             continue
         mf, mf_tail = before.get(int(key.split(":")[1]), (nan2, nan2))
-        ratios = tuple(float(np.nanmean(x)) if len(x) else math.nan for x in zip(*r.get("ratios", []))) \
-            or (math.nan, math.nan)
+        ratios, ratios_T = (tuple(float(np.nanmean(x)) if len(x) else math.nan for x in zip(*r.get(name, [])))
+                            or (math.nan, math.nan) for name in ("ratios", "ratios_T"))
         mlp = [tuple(s) for s in r["mlp"]]
         if mlp and all(math.isfinite(m10) for _, m10 in mlp):
-            for name, pair in (("`meanfield`", mf), ("`meanfield+tail`", mf_tail), (NAME, ratios)):
+            for name, pair in (("`meanfield`", mf), ("`meanfield+tail`", mf_tail), (NAME, ratios),
+                               (target_name, ratios_T)):
                 pairs[name].append(pair)
         mean50 = np.nanmean([m50 for m50, _ in mlp]) if mlp else math.nan
         mean10 = np.nanmean([m10 for _, m10 in mlp]) if any(math.isfinite(m10) for _, m10 in mlp) else math.nan
         tail = r.get("tail_at_t10")
         rows.append([f"{key.split(':')[1]}: {r['label']}", f"{fmt(mean50)} / {fmt(mean10)}",
                      " / ".join(fmt(x) for x in mf), " / ".join(fmt(x) for x in mf_tail),
-                     " / ".join(fmt(x) for x in ratios), "—" if tail is None else f"{tail:.4f}",
+                     " / ".join(fmt(x) for x in ratios), " / ".join(fmt(x) for x in ratios_T),
+                     "—" if tail is None else f"{tail:.4f}",
                      {True: "yes", False: "**no**"}.get(r.get("monotone"), "—"), str(r.get("steps", "—")),
-                     f"{r.get('seconds', 0):.0f}", r.get("note", "")])
+                     f"{r.get('seconds', 0):.0f}",
+                     "; ".join(x for x in (r.get("note", ""), r.get("reused") and f"the flow of {r['reused']}") if x)])
     head = ["case", "MLP t50 / t10", "`meanfield` t50 / t10 ratio", "`meanfield+tail` t50 / t10 ratio",
-            f"{NAME} t50 / t10 ratio", "tail at the MLP's t10 (of L(0))", "loss monotone",
+            f"{NAME} t50 / t10 ratio", "on the target basis", "tail at the MLP's t10 (of L(0))", "loss monotone",
             "RK4 steps", "s", "note"]
     write_report(head, rows, args.md, pairs if pairs[NAME] else None,
                  counted="every stored run crossed both levels")

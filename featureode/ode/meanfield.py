@@ -449,6 +449,15 @@ class ReducedFlow:
         base = ((self.v_all - fs) ** 2).sum(-1) / float((self.v_all**2).sum())
         return base + np.interp(ts, *self.tail_path)
 
+    def loss_on_T(self, ts: np.ndarray, fs: np.ndarray) -> np.ndarray:
+        """:meth:`loss` less the basis' modes outside T (where the target is 0, so their part is ``f_α²/Σ v²``).
+        With the whole residual driving, the flow does not read the basis (the drive is ``y − P_T f`` on the
+        rule; the basis enters only the loss and the rung of the tail's certification, through a difference of
+        two rules' tails in which the basis' part cancels), so this is the loss that a run on the target basis
+        reports: ``‖P_T f − y‖²/Σ v²`` (``theory_tests/test_meanfield.py`` runs both bases)."""
+        out_T = [k for k in range(self.v_all.size) if k not in self.keep]
+        return self.loss(ts, fs) - (fs[:, out_T] ** 2).sum(-1) / float((self.v_all**2).sum())
+
     def _drive_rule(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         """The rule the whole residual drives through: the finer of the pair of :data:`TAIL_POINTS` that certified
         the last tail (so it moves to a finer rule when the tail does), with ``F`` of the init neurons on it."""
