@@ -170,7 +170,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from featureode.workflow.runs import mark_finished
 
     cfg = _config_for_out(args)
-    res = solve_config(cfg, args.out)
+    res = solve_config(cfg, args.out, progress=not args.quiet)
     mark_finished(args.out, cfg, ("ode.json", "ode.npz"))
     for name, tr in res.variants.items():
         print(f"{name:<24} t50 = {_fmt(tr.t50)}   t10 = {_fmt(tr.t10)}")
@@ -464,8 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--force", action="store_true",
                        help="use DIR even if it holds results of a different config: remove those (and damaged "
                             "result files) and recompute")
-        if name != "solve":
-            c.add_argument("--quiet", action="store_true", help="no progress bar")
+        c.add_argument("--quiet", action="store_true", help="no progress bar")
         if name == "simulate":
             c.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt")
         if name == "compare":

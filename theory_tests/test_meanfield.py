@@ -361,6 +361,23 @@ def test_meanfield_whole_is_a_variant_in_its_place(tmp_path):
         ReducedFlow(np.array([0.5, 0.3, 0.2]), modes, v, 1.0, 0.5, "erf", drive="all")
 
 
+def test_meanfield_progress_bar(capsys):
+    """``progress=True`` shows a bar over t on stderr (the CLI's ``solve``/``compare`` without ``--quiet``); the
+    curve is the one without it. ``ReducedFlow.run`` calls its ``progress`` with each step's t, up to t_max."""
+    theory = kernel_theory(_small(), with_gram=True)
+    quiet = meanfield_trajectory(theory, 5.0, m=6)
+    assert capsys.readouterr().err == ""
+    shown = meanfield_trajectory(theory, 5.0, m=6, progress=True)
+    err = capsys.readouterr().err
+    assert "meanfield: " in err and "t = 0/5" in err, err
+    np.testing.assert_array_equal(quiet.loss, shown.loss)
+    flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
+                       float(theory.gamma), float(theory.bias_std), str(theory.activation), m=6)
+    seen: list[float] = []
+    ts, _, _ = flow.run(5.0, progress=seen.append)
+    assert seen == list(ts[1:]) and seen[-1] == pytest.approx(5.0)
+
+
 def test_whole_residual_flow_does_not_read_the_basis():
     """``meanfield+whole`` on the extended basis and on the target basis: the same neurons' flow (f on the target's
     modes equal to 1e-9 at every step), and the target basis' loss is the extended one less its modes outside T

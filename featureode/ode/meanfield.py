@@ -558,9 +558,11 @@ class ReducedFlow:
         return rk4_step(self.velocity, state, h)
 
     def run(self, t_max: float, t_min: float = 0.01, h_max: float = 5.0, c: float = 1.5, max_steps: int = 20000,
-            every: int = 10, stop_loss: float = 0.0) -> tuple[np.ndarray, np.ndarray, str | None]:
+            every: int = 10, stop_loss: float = 0.0,
+            progress: Callable[[float], None] | None = None) -> tuple[np.ndarray, np.ndarray, str | None]:
         """``f`` on every mode of the basis (:meth:`f_all`) at the steps' times until ``t_max`` (or a loss
-        ``≤ stop_loss``), with the reason it stopped early (``None`` when it reached ``t_max``)."""
+        ``≤ stop_loss``), with the reason it stopped early (``None`` when it reached ``t_max``). ``progress`` is
+        called with t after every step."""
         state, t, steps, h = self.state0, 0.0, 0, h_max
         ts, fs = [0.0], [np.zeros_like(self.v_all)]
         tail_t, tail = [0.0], [0.0]
@@ -599,6 +601,8 @@ class ReducedFlow:
                 return done(f"the state became non-finite at t ≈ {t:.4g}")
             ts.append(t)
             fs.append(f)
+            if progress is not None:
+                progress(t)
             if stop_loss > 0 and float(((self.v_all - f) ** 2).sum()) / norm2 + tail[-1] <= stop_loss:
                 break
         return done(None)
@@ -607,7 +611,7 @@ class ReducedFlow:
 def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: float | None = None,
                          n_points: int | None = None, m: int = 12, h_max: float = 5.0, c: float = 1.5,
                          max_steps: int = 20000, seed: int = 0, tail: bool = False,
-                         drive: str = "basis") -> Trajectory:
+                         drive: str = "basis", progress: bool = False) -> Trajectory:
     """Follow the mean-field flow of the module docstring for ``theory`` (a
     :class:`~featureode.kernel.theory.KernelTheory` of the meanfield parametrization) up to ``t_max`` (default: the
     theory's config's) and return its curve on ``n_points`` log-spaced times from ``t_min`` (plus ``t = 0``).
@@ -619,7 +623,8 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     the neurons are driven by the whole residual ``y − P_T f`` on T, as the gradient flow of that loss drives them,
     not by the basis' modes only. A run that stops early (non-finite state, ``max_steps``, a tail its rules
     cannot resolve) keeps its curve with ``status.error`` set. Bad settings, or a parametrization other than
-    meanfield, raise :class:`MeanFieldError`.
+    meanfield, raise :class:`MeanFieldError`. ``progress``: a bar on stderr over t (the whole residual's runs take
+    minutes).
     """
     own = dict(getattr(theory, "settings", None) or {})
     t_max = own.get("t_max") if t_max is None else t_max
@@ -642,14 +647,19 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
                        float(theory.gamma), float(theory.bias_std), str(theory.activation), m=m,
                        rates=par.part_weights(), readout_variance=par.readout_variance, seed=seed, tail=bool(tail),
                        drive=drive)
-    ts, fs, error = flow.run(float(t_max), t_min=t_min, h_max=float(h_max), c=float(c), max_steps=max_steps)
+    name = MEANFIELD_WHOLE if flow.drive == "whole" else MEANFIELD_TAIL if tail else MEANFIELD
+    from tqdm.auto import tqdm
+
+    with tqdm(total=float(t_max), disable=not progress, unit="t", dynamic_ncols=True, desc=name, leave=False,
+              bar_format="{l_bar}{bar}| t = {n:.4g}/{total:.4g} [{elapsed}<{remaining}]") as bar:
+        ts, fs, error = flow.run(float(t_max), t_min=t_min, h_max=float(h_max), c=float(c), max_steps=max_steps,
+                                 progress=lambda t: bar.update(t - bar.n))
     v_all = flow.v_all
     loss = flow.loss(ts, fs)
     t50, t10 = crossing_time(ts, loss, 0.5), crossing_time(ts, loss, 0.1)
     grid = np.concatenate([[0.0], np.geomspace(t_min, float(t_max), n_points)])
     grid = grid[grid <= ts[-1]]
     f_out = np.stack([np.interp(grid, ts, fs[:, j]) for j in range(v_all.size)], 1)
-    name = MEANFIELD_WHOLE if flow.drive == "whole" else MEANFIELD_TAIL if tail else MEANFIELD
     info = {"variant": name, "basis": getattr(theory, "basis", None), "modes_kept": len(flow.modes),
             "modes_of_basis": len(theory.modes), "directions": len(flow.T), "neurons": 2**m, "rule": "scrambled Sobol'",
             "modes_projected": [str(theory.modes[k]) for k in flow.off],

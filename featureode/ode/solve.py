@@ -365,7 +365,8 @@ def solve_variant(theory: KernelTheory, variant: "Variant | str", t_max: float |
 # ----------------------------------------------------------------------------------------------------------------
 # configs
 # ----------------------------------------------------------------------------------------------------------------
-def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile: bool | None = None) -> ODEResult:
+def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile: bool | None = None,
+                      progress: bool = False) -> ODEResult:
     o = cfg.ode
     t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
     variants: dict[str, Trajectory] = {}
@@ -381,7 +382,8 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile
             try:
                 variants[variant] = meanfield_trajectory(theory, cfg.training.t_max, t_min=t_min,
                                                          n_points=o.n_points, tail=variant != MEANFIELD,
-                                                         drive="whole" if variant == MEANFIELD_WHOLE else "basis")
+                                                         drive="whole" if variant == MEANFIELD_WHOLE else "basis",
+                                                         progress=progress)
             except MeanFieldError as exc:
                 variants[variant] = Trajectory.failed(variant, theory.modes, theory.target, str(exc))
             continue
@@ -408,7 +410,7 @@ def _theory_for(cfg: Any) -> Any:
 
 def solve_config(cfg: "Config", out_dir: "str | Path | None" = None,
                  theory: "KernelTheory | None" = None, *,
-                 allow_replay: bool = False, compile: bool | None = None) -> ODEResult:
+                 allow_replay: bool = False, compile: bool | None = None, progress: bool = False) -> ODEResult:
     """Solve every variant of ``cfg.ode`` up to ``cfg.training.t_max`` on ``theory`` (a
     :class:`featureode.kernel.theory.KernelTheory` already built for ``cfg``; default: ``kernel.kernel_theory(cfg)``, with
     the Gram matrix on the extended basis).
@@ -418,14 +420,15 @@ def solve_config(cfg: "Config", out_dir: "str | Path | None" = None,
     trajectory keeps the partial curve with ``status.error`` set (``result.errors`` lists them). The variant
     ``replay`` needs a simulation: it is a :class:`~featureode.ode.variants.VariantError` here unless ``allow_replay``
     (a caller such as compare that adds :func:`featureode.ode.replay.replay` itself), which skips it. ``compile``:
-    as in :func:`solve_variant` (default: the numba integrator when cached, else the NumPy one).
+    as in :func:`solve_variant` (default: the numba integrator when cached, else the NumPy one). ``progress``: a
+    bar on stderr for each mean-field variant (seconds to minutes; the closures take well under a second).
     """
     from featureode.config import Config
 
     if not isinstance(cfg, Config):
         raise SolveError(f"solve_config needs a Config, got {type(cfg).__name__} {cfg!r:.60}; load a file with "
                          "featureode.config.load_config(path)")
-    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay, compile)
+    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay, compile, progress)
     if out_dir is not None:
         result.save(out_dir)
     return result

@@ -46,7 +46,7 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
     with runs.locked(out):
         runs.unmark_finished(out)
         t0 = time.time()
-        ode = solve_config(cfg, out, allow_replay=True)  # a failed variant keeps its partial curve (status.error)
+        ode = solve_config(cfg, out, allow_replay=True, progress=progress)  # a failed variant keeps its partial curve (status.error)
         # a replay on the extended basis needs the measured Gram on all of the ODE's modes
         extended_replay = with_replay and cfg.ode.basis == "extended"
         mlp = runs.mlp_trajectory(cfg, out, progress=progress, modes=list(ode.modes) if extended_replay else None)
