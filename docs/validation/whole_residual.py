@@ -65,11 +65,12 @@ def earlier_flow(case: tuple) -> "tuple[str, dict] | None":
     return None
 
 
-def score_case(suite: str, case: tuple) -> dict:
+def score_case(suite: str, case: tuple, integrator: str = "rk4") -> dict:
     """Run ``meanfield+whole`` on one case and score it against every stored training of it, on the extended
     basis (``ratios``) and on the target basis (``ratios_T``, the loss on T: :meth:`ReducedFlow.loss_on_T`)."""
     seeds = stored(suite, case)
-    out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds]}
+    out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds],
+                 "integrator": integrator}
     if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
         out["note"] = "no stored run reached t50"
         return out
@@ -78,7 +79,8 @@ def score_case(suite: str, case: tuple) -> dict:
         key, r = same
         for name, times in (("ratios", r["flow"]), ("ratios_T", r["flow_T"])):
             out[name] = [[times[0] / m50, times[1] / m10] for m50, m10 in seeds]
-        out.update({k: r[k] for k in ("flow", "flow_T", "steps", "t_end", "monotone", "note", "seconds") if k in r})
+        out.update({k: r[k] for k in ("flow", "flow_T", "steps", "t_end", "monotone", "note", "seconds",
+                                      "integrator") if k in r})
         out["reused"] = key
         return out
     start = time.time()
@@ -86,7 +88,7 @@ def score_case(suite: str, case: tuple) -> dict:
     try:
         flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
                            float(theory.gamma), float(theory.bias_std), str(theory.activation), drive="whole")
-        ts, fs, error = flow.run(stored_horizon(seeds), stop_loss=0.05, max_steps=5000)
+        ts, fs, error = flow.run(stored_horizon(seeds), stop_loss=0.05, max_steps=5000, integrator=integrator)
     except MeanFieldError as exc:
         out.update(note=f"failed: {exc}", seconds=time.time() - start)
         return out
@@ -122,6 +124,9 @@ def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tu
 
 def main() -> int:
     parser = suite_parser(__doc__.splitlines()[0], ("standard", "wide", "wide2"))
+    parser.add_argument("--integrator", choices=("rk4", "rkc"), default="rk4",
+                        help="RK4 at 1.5/λ_max (default) or RKC's stages for λ_max at the accuracy's step "
+                        "(ReducedFlow.run)")
     parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
                         "(default: whole_residual_SUITE.json beside this script)")
     args = parser.parse_args()
@@ -131,7 +136,7 @@ def main() -> int:
         key = f"{args.suite}:{i}"
         if key in kept:
             continue
-        r = score_case(args.suite, case)
+        r = score_case(args.suite, case, args.integrator)
         with FileLock(str(args.json) + ".lock"):   # other processes may have kept cases of this suite meanwhile
             kept = json.loads(args.json.read_text()) if args.json.exists() else {}
             kept[key] = r
