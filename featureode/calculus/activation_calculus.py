@@ -18,6 +18,7 @@ The registry of named activations, and the refusal of expressions whose Gaussian
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -86,7 +87,7 @@ class _Derived:
     derivatives: dict[int, sp.Expr] = field(default_factory=dict)                 # σ^{(k)}(u)
     vanishing: dict[int, bool] = field(default_factory=dict)                      # m_k(0, s) ≡ 0
     numpy_means: dict[tuple[int, int], Callable] = field(default_factory=dict)    # (k, quad_nodes) -> (b, s) ↦ m_k
-    numpy_fused: dict[tuple[int, ...], Callable] = field(default_factory=dict)    # ks -> (b, s) ↦ (m_k for k in ks)
+    numpy_fused: dict[tuple[tuple[int, ...], bool], Callable] = field(default_factory=dict)  # (ks, compiled) -> (b, s) ↦ m_ks
     point_means: dict[tuple[float, float], list] = field(default_factory=dict)    # (b, s) -> [m_0 … m_N] exact
     quad: dict[tuple[int, float, float], tuple] = field(default_factory=dict)     # (n, b, s) -> (μ_n, error)
 
@@ -360,25 +361,12 @@ class Activation:
                                  ).hexdigest()[:24]
             loop = _fused_loop(f"means_loop_{key}.py", exprs) if compiled else None
             if loop is not None:
-                def fn(b: Any, s: Any, _loop=loop, _n=len(ks)) -> np.ndarray:
-                    b, s = np.asarray(b, float), np.asarray(s, float)
-                    if b.ndim == 2 and s.shape == (b.shape[0], 1):   # a value of s per row
-                        out = np.empty((_n, *b.shape))
-                        _loop(np.ascontiguousarray(b), np.ascontiguousarray(s[:, 0]), out)
-                        return out
-                    b, s = np.broadcast_arrays(b, s)
-                    out = np.empty((_n, b.size, 1))
-                    _loop(np.ascontiguousarray(b).reshape(-1, 1), np.ascontiguousarray(s).reshape(-1), out)
-                    return out.reshape((_n, *b.shape))
+                fn: Callable[[Any, Any], np.ndarray] = functools.partial(_run_fused_loop, loop, len(ks))
             else:
                 path, _ = cached_text(f"means_{key}.py", lambda: _means_source(exprs))
                 namespace: dict[str, Any] = {}
                 exec(compile(path.read_text(), str(path), "exec"), namespace)
-
-                def fn(b: Any, s: Any, _raw=namespace["m"]) -> np.ndarray:
-                    b, s = np.asarray(b, float), np.asarray(s, float)
-                    shape = np.broadcast_shapes(b.shape, s.shape)
-                    return np.stack([np.broadcast_to(np.asarray(v, dtype=float), shape) for v in _raw(b, s)])
+                fn = functools.partial(_run_fused_numpy, namespace["m"])
             table[(ks, compiled)] = fn
         return table[(ks, compiled)]
 
@@ -434,6 +422,26 @@ def _means_source(exprs: list[sp.Expr]) -> str:
     imports = sorted({mod for mod in printer.module_imports})
     lines = [f"import {mod}" for mod in imports if mod.split(".")[0] in ("numpy", "scipy")]
     return "\n".join([*lines, "", "", "def m(b, s):", *body, ""])
+
+
+def _run_fused_loop(loop: Callable[..., None], n: int, b: Any, s: Any) -> np.ndarray:
+    """``n`` orders at ``(b, s)`` by a compiled loop of :func:`_fused_loop` (``s`` a column: once per row)."""
+    b, s = np.asarray(b, float), np.asarray(s, float)
+    if b.ndim == 2 and s.shape == (b.shape[0], 1):   # a value of s per row
+        out = np.empty((n, *b.shape))
+        loop(np.ascontiguousarray(b), np.ascontiguousarray(s[:, 0]), out)
+        return out
+    b, s = np.broadcast_arrays(b, s)
+    flat = np.empty((n, b.size, 1))
+    loop(np.ascontiguousarray(b).reshape(-1, 1), np.ascontiguousarray(s).reshape(-1), flat)
+    return flat.reshape((n, *b.shape))
+
+
+def _run_fused_numpy(raw: Callable[[Any, Any], tuple], b: Any, s: Any) -> np.ndarray:
+    """The orders at ``(b, s)`` by the NumPy statements of :func:`_means_source`."""
+    b, s = np.asarray(b, float), np.asarray(s, float)
+    shape = np.broadcast_shapes(b.shape, s.shape)
+    return np.stack([np.broadcast_to(np.asarray(v, dtype=float), shape) for v in raw(b, s)])
 
 
 def _fused_loop(name: str, exprs: list[Any]) -> Callable[..., None] | None:
