@@ -305,7 +305,7 @@ def test_whole_residual_flow_is_the_gradient_flow_of_the_loss_on_T():
     for whole, by_modes in zip(flow.velocity(flow.state0), basis.velocity(basis.state0)):
         np.testing.assert_allclose(whole, by_modes, atol=1e-6 * np.abs(by_modes).max())
     flow = ReducedFlow(np.array(g), modes, v, 1.0, 0.5, "erf", init=init, drive="whole")
-    ts, fs, err = flow.run(6.0, t_min=0.05, h_max=0.25)
+    ts, fs, err = flow.run(6.0, t_min=0.05, h_max=0.25, integrator="rk4")
     assert err is None and ts[-1] == pytest.approx(6.0)
     ref_theta, ref_f, ref_fT, Z, wq, y = _whole_reference(g, modes, v, theta, 6.0, 300)
     assert float(((v - ref_f) ** 2).sum() / (v**2).sum()) < 0.6                      # the neurons have moved
@@ -396,7 +396,8 @@ def test_rkc_against_closed_forms():
 
 
 def test_whole_flow_rkc_against_rk4():
-    """``run(integrator="rkc")`` (the step from accuracy, the stages from ``λ_max``) against RK4 on the whole
+    """``run(integrator="rkc")`` (the step from accuracy, the stages from ``λ_max``; the default of the whole
+    residual's driving) against RK4 on the whole
     residual's flow of 120 given neurons (erf, to t = 30), both against RK4 at a fifth of the step (``c = 0.3``,
     ``h_max = 0.25``): at t = 30 the default RK4 is within 1e-5 on f, RKC within 2e-3 (measured 7e-4, its second
     order at steps up to 5) and both within 1e-4 of L(0) on the loss (measured 3e-6, 2e-6); along the curve RKC's
@@ -407,7 +408,8 @@ def test_whole_flow_rkc_against_rk4():
     v = np.array([0.6, 0.8])
     init = tuple(x.numpy().astype(float) for x in init_neurons(120, list(g), 0.5, 7))
     out = {}
-    for name, options in (("fine", {"c": 0.3, "h_max": 0.25}), ("rk4", {}), ("rkc", {"integrator": "rkc"})):
+    for name, options in (("fine", {"c": 0.3, "h_max": 0.25, "integrator": "rk4"}), ("rk4", {"integrator": "rk4"}),
+                          ("rkc", {})):   # rkc: the whole residual's default
         flow = ReducedFlow(g, modes, v, 1.0, 0.5, "erf", init=init, drive="whole")
         calls = [0]
         velocity = flow.velocity
@@ -418,6 +420,7 @@ def test_whole_flow_rkc_against_rk4():
         flow.velocity = counted  # type: ignore[method-assign]
         ts, fs, err = flow.run(30.0, **options)
         assert err is None and ts[-1] == pytest.approx(30.0)
+        assert flow.integrator == options.get("integrator", "rkc")
         out[name] = (ts, fs, flow.loss(ts, fs), calls[0])
     tf, ff, lf, _ = out["fine"]
     assert lf[-1] < 0.5

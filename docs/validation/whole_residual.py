@@ -65,12 +65,11 @@ def earlier_flow(case: tuple) -> "tuple[str, dict] | None":
     return None
 
 
-def score_case(suite: str, case: tuple, integrator: str = "rk4") -> dict:
+def score_case(suite: str, case: tuple, integrator: str | None = None) -> dict:
     """Run ``meanfield+whole`` on one case and score it against every stored training of it, on the extended
     basis (``ratios``) and on the target basis (``ratios_T``, the loss on T: :meth:`ReducedFlow.loss_on_T`)."""
     seeds = stored(suite, case)
-    out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds],
-                 "integrator": integrator}
+    out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds]}
     if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
         out["note"] = "no stored run reached t50"
         return out
@@ -92,6 +91,7 @@ def score_case(suite: str, case: tuple, integrator: str = "rk4") -> dict:
     except MeanFieldError as exc:
         out.update(note=f"failed: {exc}", seconds=time.time() - start)
         return out
+    out["integrator"] = flow.integrator
     loss, loss_T = flow.loss(ts, fs), flow.loss_on_T(ts, fs)
     out["flow"] = [crossing(ts, loss, 0.5), crossing(ts, loss, 0.1)]
     out["flow_T"] = [crossing(ts, loss_T, 0.5), crossing(ts, loss_T, 0.1)]
@@ -124,9 +124,9 @@ def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tu
 
 def main() -> int:
     parser = suite_parser(__doc__.splitlines()[0], ("standard", "wide", "wide2"))
-    parser.add_argument("--integrator", choices=("rk4", "rkc"), default="rk4",
-                        help="RK4 at 1.5/λ_max (default) or RKC's stages for λ_max at the accuracy's step "
-                        "(ReducedFlow.run)")
+    parser.add_argument("--integrator", choices=("rk4", "rkc"), default=None,
+                        help="RK4 at 1.5/λ_max or RKC's stages for λ_max at the accuracy's step (default: the "
+                        "variant's, RKC; ReducedFlow.run)")
     parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
                         "(default: whole_residual_SUITE.json beside this script)")
     args = parser.parse_args()

@@ -52,8 +52,10 @@ tail) with nodes ``z_q`` and weights ``w_q``, a neuron moves by ``γ P Σ_q w_q 
 (the ridge form: ``m_0``, ``m_1``, ``m_2`` at every neuron and node, and ``∂m_0/∂C = η_w Σ_{i∉T} g_i ŵ_i² m_2`` by
 the heat equation of the smoothing). At t = 0 it equals the basis' driving to the rule's error. Its kernel
 ``r ↦ ΔP_T f`` holds the constant and linear modes, whose rates are far above the basis' (50× on the wide suite's
-base case), so the RK4 step is set by that kernel's top eigenvalue (Lanczos, :meth:`ReducedFlow.lam_max`), not the
-Gram's. ``theory_tests/test_meanfield.py`` checks it against autograd's gradient flow of ``½‖P_T f − y‖²``.
+base case), so stability needs that kernel's top eigenvalue (Lanczos, :meth:`ReducedFlow.lam_max`), not the
+Gram's. These modes are stiff: the flow is integrated by the damped second-order Runge–Kutta–Chebyshev method
+(:func:`rkc_step`), whose step follows the accuracy rule above without ``c/λ_max`` and whose stage count grows as
+``sqrt(h λ_max)`` (RK4 at ``c/λ_max`` stays available, ``run(integrator="rk4")``). ``theory_tests/test_meanfield.py`` checks it against autograd's gradient flow of ``½‖P_T f − y‖²``.
 
 The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` (``"meanfield+tail"``,
 ``"meanfield+whole"``) on the theory's modes, with ``meta.parameter_free = true`` and ``meta.uses_measurements =
@@ -348,6 +350,7 @@ class ReducedFlow:
             raise MeanFieldError("meanfield: drive='whole' (meanfield+whole) needs coordinates outside the target's "
                                  "directions to smooth the neurons' ridges (data dim > the target's); use meanfield")
         self._whole: tuple[tuple, int, tuple[np.ndarray, ...]] | None = None   # (state, rung, (M0, M1, M2))
+        self.integrator = "rk4"   # the integrator of the last :meth:`run`
         self._eigvec: np.ndarray | None = None   # the last top eigenvector of the whole flow's kernel (warm start)
         #: ``(t, tail)`` of the last :meth:`run`: the tail loss where it was evaluated (:meth:`loss`)
         self.tail_path: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))
@@ -615,16 +618,21 @@ class ReducedFlow:
 
     def run(self, t_max: float, t_min: float = 0.01, h_max: float = 5.0, c: float = 1.5, max_steps: int = 20000,
             every: int = 10, stop_loss: float = 0.0, progress: Callable[[float], None] | None = None,
-            integrator: str = "rk4") -> tuple[np.ndarray, np.ndarray, str | None]:
+            integrator: str | None = None) -> tuple[np.ndarray, np.ndarray, str | None]:
         """``f`` on every mode of the basis (:meth:`f_all`) at the steps' times until ``t_max`` (or a loss
         ``≤ stop_loss``), with the reason it stopped early (``None`` when it reached ``t_max``). ``progress`` is
-        called with t after every step. ``integrator="rkc"``: the damped second-order Runge–Kutta–Chebyshev
-        method (:func:`rkc_step`) at ``h = min(h_max, max(t_min, t/4))``, with as many stages as ``h λ_max`` needs
-        at RK4's margin (``β(s) ≥ h λ_max · 2.785/c``), for the whole residual's stiff constant and linear modes;
-        against the default RK4 at ``c/λ_max`` its crossing times differ by ≤ 0.2% on the wide2 suite's ``z0`` and
-        ``z0*z1`` at 2–2.6× fewer velocities (``docs/validation/whole_residual.md``)."""
+        called with t after every step. ``integrator``: ``"rk4"`` at ``h = min(h_max, c/λ_max, max(t_min, t/4))``
+        or ``"rkc"``, the damped second-order Runge–Kutta–Chebyshev method (:func:`rkc_step`) at
+        ``h = min(h_max, max(t_min, t/4))`` with as many stages as ``h λ_max`` needs at RK4's margin
+        (``β(s) ≥ h λ_max · 2.785/c``). Default: ``"rkc"`` for the whole residual's driving, whose constant and
+        linear modes are stiff, else ``"rk4"``. Against RK4 the crossing times of ``rkc`` differ by ≤ 0.2% on four
+        cases, at 1.7–3.6× less CPU (``docs/validation/whole_residual.md``)."""
+        if integrator is None:
+            integrator = "rkc" if self.drive == "whole" else "rk4"
+        self.integrator = integrator
         if integrator not in ("rk4", "rkc"):
-            raise MeanFieldError(f"meanfield: integrator = {integrator!r} is not 'rk4' (the default) or 'rkc'")
+            raise MeanFieldError(f"meanfield: integrator = {integrator!r} is not 'rk4' or 'rkc' (or None: rkc for "
+                                 "the whole residual's driving, else rk4)")
         state, t, steps, h = self.state0, 0.0, 0, h_max
         ts, fs = [0.0], [np.zeros_like(self.v_all)]
         tail_t, tail = [0.0], [0.0]
@@ -732,6 +740,7 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
             "modes_zero_by_symmetry": [str(x) for k, x in enumerate(theory.modes)
                                        if k not in flow.keep and k not in flow.off],
             "seed": seed, "steps": len(ts) - 1, "h_max": h_max, "c": c, "drive": flow.drive,
+            "integrator": flow.integrator,
             "tail": None if flow.tail_points is None else {
                 "rule_points_per_direction": int(flow.tail_points[min(flow._rung + 1, len(flow.tail_points) - 1)]),
                 "evaluations": int(flow.tail_path[0].size - 1), "at_end": float(flow.tail_path[1][-1])},
