@@ -16,4 +16,4 @@ def edited_default(*pairs: tuple[str, str]) -> str:
     return text
 
 
-DEFAULT_VARIANTS = 'variants = ["lazy", "displacement", "rational"]'
+DEFAULT_VARIANTS = 'variants = ["lazy", "displacement", "rational", "meanfield+whole"]'

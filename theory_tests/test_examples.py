@@ -14,7 +14,7 @@ import pytest
 from featureode.cli import main
 from featureode.config import load_config
 from test_latex import NO_LATEX, latex_ready
-from _configs import edited_default
+from _configs import DEFAULT_VARIANTS, edited_default
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -175,6 +175,7 @@ def test_compare_reports_an_mlp_that_ran_out_of_steps(tmp_path):
     cfg_path = tmp_path / "short.toml"
     cfg_path.write_text(edited_default(("width = 1024", "width = 64"), ("batch = 2048", "batch = 128"),
                                        ('basis = "extended"', 'basis = "target"'),
+                                       (DEFAULT_VARIANTS, 'variants = ["lazy", "rational"]'),   # the MLP's test
                                        ("seed = 0", "seed = 0\nn_test = 1000\nn_points = 10\nntk_probe = 32\n"
                                                     "max_steps = 5\ncompile = false")))
     out = tmp_path / "out"

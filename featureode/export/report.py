@@ -448,14 +448,15 @@ def _mode_panels(ax_f: Any, ax_l: Any, report: Report, shown_variants: Sequence[
                 keep = _positive(tr.t)
                 ax.plot(tr.t[keep], np.asarray(y_ode, float)[keep, own.index(mode)], ls=style[mode],
                         color=variant_colour(name), lw=1.6 * scale)
-        full = f"{title} {label(key)}" + ("" if compact else f"; ODE: {', '.join(shown_variants)}")
+        # a variant without this quantity (the mean-field flows follow neurons, not λ_β) is neither drawn nor named
+        drawn = [n for n in shown_variants if report.ode.variants[n].get(key) is not None]
+        full = f"{title} {label(key)}" + ("" if compact else f"; ODE: {', '.join(drawn)}" if drawn else "; MLP")
         ax.set(xscale="log", xlabel=label("t"), ylabel=label(key), title=full)
         if key == "lambda":
             ax.set_yscale("log")
         handles = [Line2D([], [], color="0.3", ls=style[m], label=mode_label(m)) for m in shown]
         handles += [Line2D([], [], color=MLP_COLOUR, marker="o", ms=3, ls="none", label="MLP")]
-        handles += [Line2D([], [], color=variant_colour(n), lw=1.6 * scale, label=f"ODE {n}")
-                    for n in shown_variants]
+        handles += [Line2D([], [], color=variant_colour(n), lw=1.6 * scale, label=f"ODE {n}") for n in drawn]
         if legend:
             ax.legend(handles=handles, fontsize=small, loc="center left" if key == "f" else "best")
 

@@ -29,7 +29,7 @@ from featureode.core.errors import FeatureODEError
 VARIANT_COLOURS: dict[str, str] = {
     "lazy": "#1f77b4", "agop": "#ff7f0e", "displacement": "#2ca02c", "second_order": "#d62728",
     "resummed": "#9467bd", "rational": "#b8860b", "replay": "#8c564b", "meanfield": "#008080",
-    "meanfield+tail": "#20b2aa", "meanfield+whole": "#006400"}
+    "meanfield+tail": "#20b2aa", "meanfield+whole": "#c71585"}
 #: Colours of other variants, picked by the hash of the name (none of them is a built-in's colour or a grey).
 EXTRA_COLOURS: tuple[str, ...] = ("#e377c2", "#bcbd22", "#17becf", "#1b9e77", "#d95f02", "#7570b3", "#e7298a",
                                   "#66a61e", "#e6ab02", "#a6761d", "#0b3d91", "#8c0a52")

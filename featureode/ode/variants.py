@@ -37,11 +37,12 @@ if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or ar
     from featureode.config import ODEConfig
 
 
-#: The reference closure: the one the report's figure panels show by default and the built-in config solves
-#: (``featureode/defaults/default.toml``). ``rational`` since this release (the exact second-order growth continued
-#: without sign change; the combined score that decided it is in ``docs/validation/closures.md``); before it
-#: ``second_order`` (one release) and ``displacement``.
-REFERENCE = "rational"
+#: The reference variant: the one the report's figure panels show by default and the built-in config solves
+#: (``featureode/defaults/default.toml``). ``meanfield+whole`` since this release (the infinite-width flow driven by
+#: the whole residual on the target's directions; not a closure: the combined score that decided it is in
+#: ``docs/validation/whole_residual.md``); before it the closures ``rational`` (the fastest closure that holds, still
+#: in the built-in config), ``second_order`` and ``displacement``.
+REFERENCE = "meanfield+whole"
 
 
 class VariantError(FeatureODEError, ValueError):
