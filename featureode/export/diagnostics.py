@@ -226,7 +226,9 @@ def _diagnostics(mlp: Trajectory, variants: Mapping[str, Trajectory], modes: Seq
         if ax is not None or k + ncols >= len(axes):
             a.set_xlabel(label("t"))
     # one key for the figure: variant → colour (solid: ODE), dashed: measured
-    handles = [Line2D([], [], color=variant_colour(n), label=f"ODE {n}") for n in variants]
+    # (a variant without λ_β(t) draws nothing here: the mean-field flows follow neurons, not eigenvalues)
+    handles = [Line2D([], [], color=variant_colour(n), label=f"ODE {n}") for n, traj in variants.items()
+               if traj.lam is not None]
     handles.append(Line2D([], [], color=MLP_COLOUR, ls="--", label="measured (MLP)"))
     if ax is None:
         width_in = fig.get_figwidth()
