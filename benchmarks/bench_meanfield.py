@@ -5,8 +5,8 @@ closure ``rational``, in one run.
    basis), with ``--set ode.variants=[...]``: ``["rational"]`` against ``["rational", "meanfield"]`` (and the other
    two variants); the difference is what the variant adds end to end through the CLI.
 2. Warm, in this process: ``meanfield_trajectory`` against ``solve_variant(..., "rational")`` on the same kernel
-   theory, ``meanfield_trajectory(..., tail=True)`` and ``meanfield_trajectory(..., drive="whole")``, for a few
-   suite-like cases (the modes it follows, the RK4 steps, CPU seconds). The first case of an
+   theory, ``meanfield_trajectory(..., tail=True)`` and ``meanfield_trajectory(..., drive="whole")`` (the reference;
+   RKC), for a few suite-like cases (the modes it follows, the steps, CPU seconds). The first case of an
    activation without a closed-form mean (tanh) also builds its table of means; that cost is shown apart.
 
     python benchmarks/bench_meanfield.py [--out benchmarks/results/meanfield_benchmark.md]
@@ -33,7 +33,7 @@ from featureode.ode.solve import solve_variant  # noqa: E402
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 #: (label, target, activation, d, γ, t_max, whole): the default run's target and three shapes of the wide suites;
-#: ``meanfield+whole`` runs where ``whole`` is set (on three directions it takes about an hour: not run here)
+#: ``meanfield+whole`` runs where ``whole`` is set (on three directions it takes 10–20 minutes: not run here)
 CASES = [
     ("staircase(2), relu, d = 16 (the built-in run)", "staircase(2)", "relu", 16, 0.5, 300.0, True),
     ("z0*z1, erf, d = 16", "z0*z1", "erf", 16, 0.5, 400.0, False),
@@ -80,7 +80,7 @@ def main() -> int:
               f"{added_whole:.1f} s.",
               "", "## Warm, one process: the flow against the closure on the same kernel theory", "",
               "| case | modes of the basis | modes followed / directions | RK4 steps | meanfield CPU s | "
-              "meanfield+tail CPU s (tail evaluations, finest rule) | meanfield+whole CPU s (RK4 steps) | rational CPU s | "
+              "meanfield+tail CPU s (tail evaluations, finest rule) | meanfield+whole CPU s (RKC steps) | rational CPU s | "
               "table of means (first use) s |",
               "|---|---|---|---|---|---|---|---|---|"]
     for label, target, act, d, gamma, t_max, with_whole in CASES:
