@@ -170,7 +170,7 @@ def main() -> int:
                      "; ".join(x for x in (r.get("note", ""), r.get("reused") and f"the flow of {r['reused']}") if x)])
     head = ["case", "MLP t50 / t10", "`meanfield` t50 / t10 ratio", "`meanfield+tail` t50 / t10 ratio",
             f"{NAME} t50 / t10 ratio", "on the target basis", "tail at the MLP's t10 (of L(0))", "loss monotone",
-            "RK4 steps", "s", "note"]
+            "steps", "s", "note"]
     write_report(head, rows, args.md, pairs if pairs[NAME] else None,
                  counted="every stored run crossed both levels")
     return 0

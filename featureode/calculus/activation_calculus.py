@@ -481,7 +481,13 @@ def _fused_loop(name: str, exprs: list[Any]) -> Callable[..., None] | None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[modname] = module
-    return numba.njit(cache=True, nogil=True)(module.m)
+    # NumPy's error model: a division by 0 gives inf/nan as the NumPy path does, not an exception
+    loop = numba.njit(cache=True, nogil=True, error_model="numpy")(module.m)
+    try:   # compile now: a printed form numba cannot type (a user expression's) falls back to NumPy
+        loop(np.full((1, 1), 0.3), np.ones(1), np.empty((len(exprs), 1, 1)))
+    except Exception:   # numba's typing and lowering errors have no common base class
+        return None
+    return loop
 
 
 def _real_part(v: sp.Expr) -> sp.Expr:

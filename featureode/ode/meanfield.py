@@ -55,7 +55,8 @@ the heat equation of the smoothing). At t = 0 it equals the basis' driving to th
 base case), so stability needs that kernel's top eigenvalue (Lanczos, :meth:`ReducedFlow.lam_max`), not the
 Gram's. These modes are stiff: the flow is integrated by the damped second-order Runge–Kutta–Chebyshev method
 (:func:`rkc_step`), whose step follows the accuracy rule above without ``c/λ_max`` and whose stage count grows as
-``sqrt(h λ_max)`` (RK4 at ``c/λ_max`` stays available, ``run(integrator="rk4")``). ``theory_tests/test_meanfield.py`` checks it against autograd's gradient flow of ``½‖P_T f − y‖²``.
+``sqrt(h λ_max)`` (RK4 at ``c/λ_max`` stays available, ``run(integrator="rk4")``). ``theory_tests/test_meanfield.py``
+checks it against autograd's gradient flow of ``½‖P_T f − y‖²``.
 
 The result is a :class:`~featureode.results.trajectory.Trajectory` named ``"meanfield"`` (``"meanfield+tail"``,
 ``"meanfield+whole"``) on the theory's modes, with ``meta.parameter_free = true`` and ``meta.uses_measurements =
