@@ -442,8 +442,7 @@ def test_meanfield_progress_bar(capsys):
     err = capsys.readouterr().err
     assert "meanfield: " in err and "t = 0/5" in err, err
     np.testing.assert_array_equal(quiet.loss, shown.loss)
-    flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
-                       float(theory.gamma), float(theory.bias_std), str(theory.activation), m=6)
+    flow = ReducedFlow.from_theory(theory, m=6)
     seen: list[float] = []
     ts, _, _ = flow.run(5.0, progress=seen.append)
     assert seen == list(ts[1:]) and seen[-1] == pytest.approx(5.0)
@@ -457,8 +456,7 @@ def test_whole_residual_flow_does_not_read_the_basis():
     runs = {}
     for basis in ("extended", "target"):
         theory = kernel_theory(_small(ode={"basis": basis}), with_gram=True)
-        flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
-                           float(theory.gamma), float(theory.bias_std), str(theory.activation), m=8, drive="whole")
+        flow = ReducedFlow.from_theory(theory, m=8, drive="whole")
         ts, fs, err = flow.run(40.0)
         assert err is None
         runs[basis] = (flow, list(theory.modes), ts, fs)

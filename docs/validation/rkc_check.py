@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from multidriver_oracle import case_config, crossing, stored_horizon, suite_cases  # noqa: E402
@@ -36,10 +34,7 @@ CASES = [("wide2", 9), ("wide2", 0), ("wide", 15), None]
 
 
 def run(theory, integrator: str, t_max: float, stop_loss: float) -> tuple[float, float, int, int, float]:
-    par = theory.parametrization
-    flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
-                       float(theory.gamma), float(theory.bias_std), str(theory.activation), drive="whole",
-                       rates=par.part_weights(), readout_variance=par.readout_variance)
+    flow = ReducedFlow.from_theory(theory, drive="whole")
     calls = [0]
     velocity = flow.velocity
 

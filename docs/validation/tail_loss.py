@@ -45,8 +45,7 @@ def main() -> int:
         t_max = stored_horizon(seeds)
         note, tail_at = "", math.nan
         try:
-            flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
-                               float(theory.gamma), float(theory.bias_std), str(theory.activation), tail=True)
+            flow = ReducedFlow.from_theory(theory, tail=True)
             ts, fs, error = flow.run(t_max, stop_loss=0.05, max_steps=3000)
             curves = {"`meanfield+tail`": (ts, flow.loss(ts, fs)),
                       "`meanfield`": (ts, ((flow.v_all - fs) ** 2).sum(1) / (flow.v_all**2).sum())}
@@ -54,9 +53,7 @@ def main() -> int:
                 note = ("tail not resolved from t = " + error.split("stopped at t = ")[1].split(":")[0]
                         if "not resolved" in error else error)
                 if "not resolved" in error:   # the same flow without the tail runs on
-                    plain = ReducedFlow(np.asarray(theory.g, float), list(theory.modes),
-                                        np.asarray(theory.target, float), float(theory.gamma),
-                                        float(theory.bias_std), str(theory.activation))
+                    plain = ReducedFlow.from_theory(theory)
                     ts0, fs0, _ = plain.run(t_max, stop_loss=0.05, max_steps=3000)
                     curves["`meanfield`"] = (ts0, plain.loss(ts0, fs0))
             pairs = {name: [(crossing(t, loss, 0.5) / m50, crossing(t, loss, 0.1) / m10) for m50, m10 in seeds]

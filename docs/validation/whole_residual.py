@@ -85,8 +85,7 @@ def score_case(suite: str, case: tuple, integrator: str | None = None) -> dict:
     start = time.time()
     theory = kernel_theory(case_config(case), with_gram=True)
     try:
-        flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
-                           float(theory.gamma), float(theory.bias_std), str(theory.activation), drive="whole")
+        flow = ReducedFlow.from_theory(theory, drive="whole")
         ts, fs, error = flow.run(stored_horizon(seeds), stop_loss=0.05, max_steps=5000, integrator=integrator)
     except MeanFieldError as exc:
         out.update(note=f"failed: {exc}", seconds=time.time() - start)

@@ -13,19 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from multidriver_oracle import within  # noqa: E402
 SUITES = {"standard": 21, "wide": 42, "wide2": 34}
 #: ``rational``'s ±10% / ±20% counts per (suite, basis), from the table of ``closures.md`` (its combined ±10%: 93)
 RATIONAL = {("standard", "target"): (8, 17), ("standard", "extended"): (19, 20), ("wide", "target"): (14, 29),
             ("wide", "extended"): (27, 30), ("wide2", "target"): (5, 20), ("wide2", "extended"): (20, 23)}
-
-
-def within(pair: tuple[float, float], tol: float) -> bool:
-    return all(math.isfinite(x) and abs(x - 1) <= tol for x in pair)
 
 
 def counts(suite: str, basis: str) -> tuple[int, int, int, int, list[str]]:

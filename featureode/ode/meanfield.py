@@ -65,6 +65,7 @@ suites' cases at ``m = 12`` (``docs/validation/reduced_flow.md``).
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any, Callable
@@ -107,11 +108,12 @@ RK4_BOUND = 2.785
 RKC_DAMPING = 2.0 / 13.0
 
 
+@functools.lru_cache(maxsize=None)
 def rkc_coefficients(s: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The damped second-order Runge–Kutta–Chebyshev method of ``s ≥ 2`` stages (Sommeijer, Shampine & Verwer
     1997): its real stability bound ``β = (1 + w0)/w1`` and, for stages ``j = 1..s``, ``μ_j, ν_j, μ̃_j, γ̃_j``
     (index j; entries 0 and, for μ, ν, γ̃, 1 unused), from the Chebyshev polynomials ``T_j`` at
-    ``w0 = 1 + ε/s²``."""
+    ``w0 = 1 + ε/s²``. Cached per ``s`` (every step asks for them): the arrays are shared, not to be written."""
     w0 = 1.0 + RKC_DAMPING / s**2
     T, dT, d2T = np.zeros(s + 1), np.zeros(s + 1), np.zeros(s + 1)
     T[0], T[1], dT[1] = 1.0, w0, 1.0
@@ -377,6 +379,16 @@ class ReducedFlow:
             shape = float(self.gperp.sum() ** 2 / (2 * (self.gperp**2).sum()))
             self.xi = gamma_law.ppf(u[:, col], shape, scale=1 / shape)
         self._start(a, W, b)
+
+    @classmethod
+    def from_theory(cls, theory: Any, **options: Any) -> "ReducedFlow":
+        """The flow of a kernel theory (:func:`featureode.kernel.theory.kernel_theory` of a meanfield config): its
+        spectrum, basis, target, γ, σ_b, activation and its parametrization's rates and readout variance;
+        ``options`` as for the constructor (``m``, ``seed``, ``tail``, ``drive``, ``init``)."""
+        par = theory.parametrization
+        return cls(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
+                   float(theory.gamma), float(theory.bias_std), str(theory.activation),
+                   rates=par.part_weights(), readout_variance=par.readout_variance, **options)
 
     def _start(self, a: np.ndarray, W: np.ndarray, b: np.ndarray) -> None:
         self.state0 = (a, W, b, np.zeros(a.size))
@@ -718,10 +730,7 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise MeanFieldError(f"meanfield: max_steps = {max_steps!r} must be an integer ≥ 1")
     start = time.perf_counter()
-    flow = ReducedFlow(np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float),
-                       float(theory.gamma), float(theory.bias_std), str(theory.activation), m=m,
-                       rates=par.part_weights(), readout_variance=par.readout_variance, seed=seed, tail=bool(tail),
-                       drive=drive)
+    flow = ReducedFlow.from_theory(theory, m=m, seed=seed, tail=bool(tail), drive=drive)
     name = MEANFIELD_WHOLE if flow.drive == "whole" else MEANFIELD_TAIL if tail else MEANFIELD
     from tqdm.auto import tqdm
 
