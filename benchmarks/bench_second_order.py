@@ -40,7 +40,7 @@ def main() -> int:
         net = Network.build("relu", spec, 0.5)
         network_gram(net, modes)
         t0 = time.process_time()
-        so = network_second_order(net, modes, drivers)
+        network_second_order(net, modes, drivers)
         cpu = time.process_time() - t0
         mc = float("nan")
         if not args.no_mc:

@@ -82,7 +82,6 @@ def test_sin_closure_constants(omega: float) -> None:
 
 
 def test_cosh_and_u_exp_closed_forms() -> None:
-    c = 1.0
     got = closure_constants("cosh(u)", G, SB, 0)[0]
     # cosh(cb)² e^{c²Q} averaged: (e^{2c²σ_b²} + 1)/2 · Π(1 − 2c²g_i)^{−1/2}
     assert got == pytest.approx((math.exp(2 * SB**2) + 1) / 2 * _T(1.0), rel=1e-9)

@@ -139,7 +139,7 @@ def test_slurm_job_array_route_gives_the_sweep_its_runs(tmp_path):
 
     collected = run_sweep(load_grid(grid_file), out, ode_only=True, progress=False)
     assert (collected.computed, collected.reused) == (0, n)
-    plain = run_sweep(load_grid(grid_file), tmp_path / "plain", ode_only=True, progress=False)
+    run_sweep(load_grid(grid_file), tmp_path / "plain", ode_only=True, progress=False)
     key = lambda r: (r["target.expr"], r["network.richness"], r["variant"])  # noqa: E731
     got = {key(r): r for r in read_results(out / "results.csv")}
     ref = {key(r): r for r in read_results(tmp_path / "plain" / "results.csv")}

@@ -11,7 +11,6 @@ import pytest
 
 from _per_neuron import PerNeuron, init_neurons
 from featureode.calculus.hermite import Mode
-from featureode.kernel.growth import Rates
 from featureode.kernel.network import Network
 from featureode.kernel.second_order import network_second_order, second_order_constants
 from featureode.kernel.second_order_mc import second_order_constants as mc_constants

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from featureode.config import load_config
 from featureode.kernel.theory import kernel_theory
 from featureode.ode.compile import compile_system
-from featureode.ode.solve import SolveError, solve_variant, system_inputs
+from featureode.ode.solve import SolveError, solve_variant
 from featureode.ode.variants import Variant
 
 TARGETS = {1: ["z0", "z1", "0.8*z0 + 0.6*z2"], 2: ["z0*z1", "h2(z0)", "staircase(2)"],

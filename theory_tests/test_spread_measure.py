@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 import torch
 
 from featureode.calculus.activations import get_activation
@@ -165,7 +164,6 @@ def test_second_moment_is_unbiased_with_calibrated_jackknife_errors():
 def test_simulation_records_the_second_moment_and_leaves_training_bit_identical():
     """``spread=True`` adds ``lambda_second_moment`` (and its stderr) to the trajectory and mlp.json/npz, and every
     other recorded series is bit-identical to a run without it (the second pass reads the parameters only)."""
-    from featureode.results.trajectory import Trajectory
     from featureode.sim.mlp import simulate_config
 
     cfg = small_cfg(expr="z0 + z0*z1", width=32, n_test=1024, t_max=3.0, n_points=3, batch=128)

@@ -54,21 +54,30 @@ CASES = [
     ("wide2", "z0*z1*z2", 24, 1.25, 2.0, 0.7, 0.25, 512),
 ]
 MLP_FILES = {"wide": HERE / "mlp_crossings_wide.csv", "wide2": HERE / "mlp_crossings_wide2_partial.csv"}
+#: cases trained again to a longer horizon (``longer_training.py``); their rows replace the suite table's
+LONGER_FILE = HERE / "mlp_crossings_longer.csv"
 
 
 def stored_runs(suite: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float, width: int,
                 act: str = "relu") -> list[tuple[int, float, float]]:
-    """``(seed, t50, t10)`` of each stored MLP training of a case (NaN where the network's loss never crossed)."""
-    out = []
-    with open(MLP_FILES[suite]) as fh:
-        for row in csv.DictReader(fh):
-            if (row["network.activation"] == act and row["target.expr"] == target and int(row["data.dim"]) == d
-                    and math.isclose(float(row["data.exponent"]), expo)
-                    and math.isclose(float(row.get("data.offset") or 3.0), off)
-                    and math.isclose(float(row["network.richness"]), gamma)
-                    and math.isclose(float(row["network.bias_std"]), sb) and int(row["network.width"]) == width):
-                out.append((int(row["seed"]), float(row["mlp_t50"] or "nan"), float(row["mlp_t10"] or "nan")))
-    return out
+    """``(seed, t50, t10)`` of each stored MLP training of a case (NaN where the network's loss never crossed).
+    A case trained again to a longer horizon (``longer_training.py``, :data:`LONGER_FILE`) is read from there."""
+    def rows(path: Path) -> list[tuple[int, float, float]]:
+        out = []
+        if not path.exists():
+            return out
+        with open(path) as fh:
+            for row in csv.DictReader(fh):
+                if (row.get("suite", suite) == suite and row["network.activation"] == act
+                        and row["target.expr"] == target and int(row["data.dim"]) == d
+                        and math.isclose(float(row["data.exponent"]), expo)
+                        and math.isclose(float(row.get("data.offset") or 3.0), off)
+                        and math.isclose(float(row["network.richness"]), gamma)
+                        and math.isclose(float(row["network.bias_std"]), sb) and int(row["network.width"]) == width):
+                    out.append((int(row["seed"]), float(row["mlp_t50"] or "nan"), float(row["mlp_t10"] or "nan")))
+        return out
+
+    return rows(LONGER_FILE) or rows(MLP_FILES[suite])
 
 
 def mlp_times(suite: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float, width: int,

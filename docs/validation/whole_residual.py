@@ -60,7 +60,8 @@ def earlier_flow(case: tuple) -> "tuple[str, dict] | None":
     levels: the flow does not depend on the suite, only the stored MLP runs it is scored against do."""
     for path in sorted(HERE.glob("whole_residual_*.json")):
         for key, r in json.loads(path.read_text()).items():
-            if r.get("case") == list(case[1:]) and all(math.isfinite(x) for x in r.get("flow", [math.nan])):
+            if (r.get("case") == list(case[1:]) and "flow_T" in r
+                    and all(math.isfinite(x) for x in r.get("flow", [math.nan]))):
                 return key, r
     return None
 
@@ -126,6 +127,8 @@ def main() -> int:
     parser.add_argument("--integrator", choices=("rk4", "rkc"), default=None,
                         help="RK4 at 1.5/λ_max or RKC's stages for λ_max at the accuracy's step (default: the "
                         "variant's, RKC; ReducedFlow.run)")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run again the picked cases kept without a target-basis ratio (the first round's)")
     parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
                         "(default: whole_residual_SUITE.json beside this script)")
     args = parser.parse_args()
@@ -133,7 +136,7 @@ def main() -> int:
     kept = json.loads(args.json.read_text()) if args.json.exists() else {}
     for i, case in picked_cases(args):
         key = f"{args.suite}:{i}"
-        if key in kept:
+        if key in kept and not (args.rerun and "ratios" in kept[key] and "ratios_T" not in kept[key]):
             continue
         r = score_case(args.suite, case, args.integrator)
         with FileLock(str(args.json) + ".lock"):   # other processes may have kept cases of this suite meanwhile

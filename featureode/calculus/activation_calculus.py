@@ -400,28 +400,31 @@ class Activation:
 _SOURCE_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 
 
-def _mean_source(expr: sp.Expr) -> str:
-    """Python source of ``m(b, s)`` evaluating ``expr`` with NumPy/SciPy, printed as ``sympy.lambdify`` prints it
-    for ``modules=["scipy", "numpy"]``."""
+def _scipy_source(body: Callable[[SciPyPrinter], list[str]]) -> str:
+    """Python source of ``m(b, s)`` whose statements ``body`` prints with NumPy/SciPy, as ``sympy.lambdify``
+    prints for ``modules=["scipy", "numpy"]``, with the imports the printer used."""
     printer = SciPyPrinter({"fully_qualified_modules": True, "inline": True, "allow_unknown_functions": True,
                             "user_functions": {}})
-    body = printer.doprint(expr)
+    lines = body(printer)
     imports = sorted({mod for mod in printer.module_imports})
-    lines = [f"import {mod}" for mod in imports if mod.split(".")[0] in ("numpy", "scipy")]
-    return "\n".join([*lines, "", "", "def m(b, s):", f"    return {body}", ""])
+    head = [f"import {mod}" for mod in imports if mod.split(".")[0] in ("numpy", "scipy")]
+    return "\n".join([*head, "", "", "def m(b, s):", *lines, ""])
+
+
+def _mean_source(expr: sp.Expr) -> str:
+    """Python source of ``m(b, s)`` evaluating ``expr`` (:func:`_scipy_source`)."""
+    return _scipy_source(lambda printer: [f"    return {printer.doprint(expr)}"])
 
 
 def _means_source(exprs: list[sp.Expr]) -> str:
     """Python source of ``m(b, s)`` returning the tuple of ``exprs`` with their common sub-expressions assigned
     once (``sympy.cse``), printed as :func:`_mean_source` prints one."""
-    printer = SciPyPrinter({"fully_qualified_modules": True, "inline": True, "allow_unknown_functions": True,
-                            "user_functions": {}})
     shared, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_x"), optimizations="basic")
-    body = [f"    {sym} = {printer.doprint(ex)}" for sym, ex in shared]
-    body.append("    return (" + ", ".join(printer.doprint(ex) for ex in reduced) + ",)")
-    imports = sorted({mod for mod in printer.module_imports})
-    lines = [f"import {mod}" for mod in imports if mod.split(".")[0] in ("numpy", "scipy")]
-    return "\n".join([*lines, "", "", "def m(b, s):", *body, ""])
+
+    def body(printer: SciPyPrinter) -> list[str]:
+        return ([f"    {sym} = {printer.doprint(ex)}" for sym, ex in shared]
+                + ["    return (" + ", ".join(printer.doprint(ex) for ex in reduced) + ",)"])
+    return _scipy_source(body)
 
 
 def _run_fused_loop(loop: Callable[..., None], n: int, b: Any, s: Any) -> np.ndarray:
