@@ -198,15 +198,17 @@ def test_fragment_and_a_pdf_figure_drop_into_a_two_column_paper(tmp_path: Path):
     """A plain article with amsmath alone \\inputs the fragment of every built-in closure; a two-column article
     with the fragment of every built-in closure on the extended basis, with and without the term names (the long
     second-order growth broken over two lines; resummed's growth in its named sub-expressions ξ_α, ζ_α, ω_α, each
-    on its own line) and the report and diagnostics figures in PDF (column style, three variants) compile with
-    no overfull box over 1 pt."""
+    on its own line; the mean-field variants' velocity, definitions, residuals and losses) and the report and
+    diagnostics figures in PDF (column style, three variants) compile with no overfull box over 1 pt."""
     from test_figures import _report
 
-    every = _cfg(variants=["lazy", "agop", "displacement", "second_order", "resummed", "rational"], basis="extended")
+    every = _cfg(variants=["lazy", "agop", "displacement", "second_order", "resummed", "rational", "meanfield",
+                           "meanfield+tail", "meanfield+whole"], basis="extended")
     (tmp_path / "every.tex").write_text(derive_fragment(every))
     (tmp_path / "ode.tex").write_text(derive_fragment(every) + "\nText.\n" + derive_fragment(every, labels=False))
     assert r"\begin{aligned}[t]" in (tmp_path / "ode.tex").read_text()
     assert r"\xi_{\alpha} &= " in (tmp_path / "ode.tex").read_text()
+    assert r"\frac{d\hat{w}_i}{dt}" in (tmp_path / "ode.tex").read_text()
     _report().write(tmp_path, fmt="pdf", style="column")
     from test_diagnostics import _mlp as diag_mlp
     from test_diagnostics import _ode as diag_ode

@@ -28,7 +28,7 @@ from sympy.core.function import AppliedUndef
 from featureode.ode import terms as ode
 from featureode.calculus.hermite import Mode
 from featureode.ode.indexed import IndexSpace
-from featureode.ode.variants import Variant, closure_names, get_closure, variants_from_config
+from featureode.ode.variants import MEANFIELD_NAMES, Variant, closure_names, get_closure, variants_from_config
 
 if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
     from featureode.config import Config
@@ -296,6 +296,32 @@ def _all_terms() -> list[ode.Term]:
     return list(ode.CORE_TERMS) + [c.term for c in map(get_closure, closure_names()) if c.term is not None]
 
 
+def meanfield_latex(names: Sequence[str]) -> str:
+    """The mean-field variants among ``names`` (``meanfield``, ``meanfield+tail``, ``meanfield+whole``) as LaTeX,
+    printed from :mod:`featureode.ode.meanfield_terms`: the neurons' velocity, the definitions, and per variant
+    the residual that drives and the loss it reports. Empty when ``names`` holds none."""
+    from featureode.ode import meanfield_terms as mf
+
+    names = [n for n in names if n in mf.DRIVE]
+    if not names:
+        return ""
+    coords = [rf"\frac{{d{expr_latex(mf.COORDINATES[k])}}}{{dt}} &= {expr_latex(v)}"
+              + (r" \qquad (i \in T)" if k == r"\hat{w}_i" else "") for k, v in mf.VELOCITY.items()]
+    defs = [f"{expr_latex(left)} &= {expr_latex(right)}" for left, right in mf.DEFINITIONS]
+    per = [row for n in names for row in (rf"&\text{{\texttt{{{tex_text(n)}}}:}}",
+                                          rf"r(z) &= {expr_latex(mf.DRIVE[n])},",
+                                          rf"L/L(0) &= {expr_latex(mf.LOSS[n])}")]
+    return "\n".join([
+        r"The mean-field variants are not ODEs on the modes: every init neuron $\theta = (a, \hat w_T, b, C)$ of the "
+        r"mean-field network moves ($T$ the target's directions, $P = \mathrm{diag}(\eta_a, \eta_w g, \eta_b)$; a "
+        r"coordinate outside $T$ moves as $\hat w_i(t) = \hat w_i(0)\,e^{\eta_w g_i C(t)}$):",
+        r"\begin{align*}", " \\\\\n".join(coords), r"\end{align*}", "with", r"\begin{align*}",
+        " \\\\\n".join(defs), r"\end{align*}",
+        r"($f_\alpha$ for $\alpha \subset T$; the basis' modes outside $T$ are projected, each even power of a "
+        r"coordinate outside $T$ at its Gaussian moment), and per variant the residual that drives and the loss:",
+        r"\begin{align*}", " \\\\\n".join(per), r"\end{align*}", ""])
+
+
 def _num(x: float | None, digits: int = 4) -> str:
     """``x`` for math mode to ``digits`` significant digits: plain for ``10⁻³ ≤ |x| < 10⁴`` (and 0), else
     ``m \times 10^{e}``; a dash when missing or not finite."""
@@ -506,6 +532,10 @@ def derive_document(cfg: Config, theory: KernelTheory | None = None, labels: boo
              r"\section*{System}", "Every variant integrates", equations_latex(variants, o.basis, labels),
              r"\section*{Variants}"]
     parts += [_variant_section(v, o.basis, theory) for v in variants]
+    mean_field = meanfield_latex(o.variants)
+    if mean_field:
+        parts += [r"\subsection*{Mean-field variants: " + ", ".join(rf"\texttt{{{tex_text(n)}}}" for n in o.variants
+                                                                   if n in MEANFIELD_NAMES) + "}", mean_field]
     parts += [_constants(theory), r"\end{document}", ""]
     return "\n".join(parts)
 
@@ -521,4 +551,4 @@ def derive_fragment(cfg: Config, labels: bool = True) -> str:
             f"{cfg.network.activation}, gamma = {cfg.network.richness:g}) on the {o.basis} basis",
             f"% variants: {names}. Needs \\usepackage{{amsmath}}. State per mode beta: f_beta(t), D_beta(t), 0 at t = 0.",
             ""]
-    return "\n".join(head) + equations_latex(variants, o.basis, labels) + "\n"
+    return "\n".join(head) + equations_latex(variants, o.basis, labels) + "\n" + meanfield_latex(o.variants)

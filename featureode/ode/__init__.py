@@ -1,1 +1,2 @@
-"""The feature ODE: named SymPy terms, variants and closures, code generation, integrators, solve, replay."""
+"""The feature ODE: named SymPy terms (and the mean-field flow's equations), variants and closures, code generation,
+integrators, solve, replay."""
