@@ -322,6 +322,14 @@ def ratio(x: float, m: float) -> float:
     return x / m if math.isfinite(x) and math.isfinite(m) else math.nan
 
 
+def seed_mean(ratios: "list[list[float]]") -> tuple[float, float]:
+    """The seed mean of per-seed ``[t50, t10]`` ratios; NaN where any seed's is (a level a flow never reached
+    counts outside the band, never as the other seeds' mean)."""
+    if not ratios:
+        return math.nan, math.nan
+    return tuple(float(np.mean(x)) for x in zip(*ratios))  # type: ignore[return-value]
+
+
 def within(pair: tuple[float, float], tol: float) -> bool:
     return all(math.isfinite(r) and abs(r - 1) <= tol for r in pair)
 

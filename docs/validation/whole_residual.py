@@ -33,8 +33,8 @@ from filelock import FileLock
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from escape_oracle import stored_runs  # noqa: E402
-from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, stored_horizon,  # noqa: E402
-                                suite_parser, write_report)
+from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, seed_mean,  # noqa: E402
+                                stored_horizon, suite_parser, write_report)
 from featureode.core.cache import atomic_bytes  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
@@ -153,8 +153,7 @@ def main() -> int:
         if not key.startswith(args.suite + ":"):
             continue
         mf, mf_tail = before.get(int(key.split(":")[1]), (nan2, nan2))
-        ratios, ratios_T = (tuple(float(np.nanmean(x)) if len(x) else math.nan for x in zip(*r.get(name, [])))
-                            or (math.nan, math.nan) for name in ("ratios", "ratios_T"))
+        ratios, ratios_T = (seed_mean(r.get(name, [])) for name in ("ratios", "ratios_T"))
         mlp = [tuple(s) for s in r["mlp"]]
         if mlp and all(math.isfinite(m10) for _, m10 in mlp):
             for name, pair in (("`meanfield`", mf), ("`meanfield+tail`", mf_tail), (NAME, ratios),

@@ -16,11 +16,10 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from multidriver_oracle import within  # noqa: E402
+from multidriver_oracle import seed_mean, within  # noqa: E402
 SUITES = {"standard": 21, "wide": 42, "wide2": 34}
 #: ``rational``'s ±10% / ±20% counts per (suite, basis), from the table of ``closures.md`` (its combined ±10%: 93)
 RATIONAL = {("standard", "target"): (8, 17), ("standard", "extended"): (19, 20), ("wide", "target"): (14, 29),
@@ -42,7 +41,7 @@ def counts(suite: str, basis: str) -> tuple[int, int, int, int, list[str]]:
         if key not in r:
             continue
         run += 1
-        pair = tuple(float(np.mean(x)) for x in zip(*r[key]))   # NaN where a seed's ratio is (a flow that stopped)
+        pair = seed_mean(r[key])
         c10 += within(pair, 0.1)
         c20 += within(pair, 0.2)
         if not within(pair, 0.1):
