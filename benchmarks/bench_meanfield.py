@@ -107,7 +107,7 @@ def main() -> int:
         mf_tail = meanfield_trajectory(theory, tail=True)
         t_tail = time.process_time() - c0
         tail = mf_tail.meta["info"]["tail"]
-        tail_note = (f"{t_tail:.2f} ({tail['evaluations']}, {tail['rule_points_per_direction']} points per direction"
+        tail_note = (f"{t_tail:.2f} ({tail['evaluations']}, {tail['rule']}"
                      + ("; stopped: tail not resolved" if not mf_tail.status.complete else "") + ")")
         whole_note = "not run"
         if with_whole:
