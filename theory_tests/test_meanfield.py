@@ -223,7 +223,7 @@ def test_sobol_rungs_take_the_targets_part_exactly():
     """For |T| ≥ 3 the tail's ladder goes on after the product rules with scrambled Sobol' rules, whose integrals
     take the target's part exactly (``‖P_T f‖² − Σ_S f²``; the drive ``v``'s Stein form minus the rule's pull of
     ``P_T f``). 120 given neurons, erf, d = 4, ``z0*z1*z2`` + ``z0``, at a moved state: against a 40³-point
-    Gauss–Hermite rule of the full form, the tail by 2^14..2^16 Sobol' points within 1e-5 of L(0) (measured 2e-6)
+    Gauss–Hermite rule of the full form, the tail by 2^14 and 2^15 Sobol' points within 1e-5 of L(0) (measured 2e-6)
     and the whole drive's velocity within 1e-3 relative (measured 2.6e-4; the 24³ rule is 1.2e-3 away). A ladder
     whose product rules disagree (3³ and 4³ points) moves onto the Sobol' rungs and certifies the tail there."""
     g = np.array([0.5, 0.35, 0.25, 0.15])
@@ -238,7 +238,7 @@ def test_sobol_rungs_take_the_targets_part_exactly():
         return flow
 
     flow = flow_with()
-    assert flow.tail_sobol == (14, 15, 16)
+    assert flow.tail_sobol == (14, 15)
     a, W, b, _ = flow.state0
     state = (1.5 * a, 2.0 * W + 0.1 * np.sign(W), b - 0.2, np.random.default_rng(1).uniform(-0.3, 0.8, a.size))
     basis = float(((flow.v - flow.f(state)) ** 2).sum())
@@ -255,7 +255,7 @@ def test_sobol_rungs_take_the_targets_part_exactly():
         got = flow.velocity(state)
         err = sum(float(((x - y) ** 2).sum()) for x, y in zip(got, velocity_ref))
         assert err <= 1e-6 * sum(float((y**2).sum()) for y in velocity_ref)
-    coarse = flow_with((3, 4), (14, 15, 16))
+    coarse = flow_with((3, 4), (14, 15))
     assert abs(coarse._tail_at(state, 0, basis) - coarse._tail_at(state, 1, basis)) > 2e-3 * float((v**2).sum())
     assert coarse.tail_loss(state) == pytest.approx(tail_ref, abs=1e-5)
     assert coarse._exact_target(coarse._rung)

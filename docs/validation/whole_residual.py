@@ -128,7 +128,8 @@ def main() -> int:
                         help="RK4 at 1.5/λ_max or RKC's stages for λ_max at the accuracy's step (default: the "
                         "variant's, RKC; ReducedFlow.run)")
     parser.add_argument("--rerun", action="store_true",
-                        help="run again the picked cases kept without a target-basis ratio (the first round's)")
+                        help="run again the picked cases kept without a target-basis ratio (the first round's) or "
+                        "stopped by a tail the rules did not resolve")
     parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
                         "(default: whole_residual_SUITE.json beside this script)")
     args = parser.parse_args()
@@ -136,7 +137,8 @@ def main() -> int:
     kept = json.loads(args.json.read_text()) if args.json.exists() else {}
     for i, case in picked_cases(args):
         key = f"{args.suite}:{i}"
-        if key in kept and not (args.rerun and "ratios" in kept[key] and "ratios_T" not in kept[key]):
+        if key in kept and not (args.rerun and "ratios" in kept[key] and (
+                "ratios_T" not in kept[key] or "not resolved" in kept[key].get("note", ""))):
             continue
         r = score_case(args.suite, case, args.integrator)
         with FileLock(str(args.json) + ".lock"):   # other processes may have kept cases of this suite meanwhile

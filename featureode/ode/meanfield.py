@@ -253,9 +253,10 @@ TAIL_TOL = 2e-3
 #: for |T| ≥ 3, after the product rules: scrambled Sobol' rules of ``2^m`` points on z_T (a fixed seed), with the
 #: target's part of every integral exact (:meth:`ReducedFlow._tail_at`, :meth:`ReducedFlow.velocity`). The neurons'
 #: ridges sharpen (``s_⊥`` shrinks as ``ŵ_T`` grows) until no affordable product rule resolves them; on the wide2
-#: suite's ``z0*z1*z2`` where 18³ and 24³ disagree, the tail by 40³ points is still 1e-3 off, by 2^14..2^17 Sobol'
-#: points within 1e-4 of each other (``docs/validation/tail_loss.md``)
-TAIL_SOBOL = (14, 15, 16)
+#: suite's ``z0*z1*z2`` where 18³ and 24³ disagree, the tail by 40³ points is still 1e-3 off, by 2^14..2^16 Sobol'
+#: points within 1e-3 of each other and 2^15's drive moves f within 2% of 2^16's (``docs/validation/sharp_ridges.md``).
+#: Two rungs: the drive's means take 3 arrays of neurons × nodes, 3 GB at 2^15 nodes and 4096 neurons
+TAIL_SOBOL = (14, 15)
 TAIL_SOBOL_SEED = 0
 
 
@@ -600,8 +601,10 @@ class ReducedFlow:
             return self._whole[2]
         (Z, _, _), _ = self._drive_rule()
         _, W, b, C = state
+        self._whole = None   # the last state's arrays go before the new ones are made (neurons × nodes, each)
         U = W @ Z.T + b[:, None]
         means = tuple(self._mean.many((0, 1, 2), U, np.sqrt(self._perp(C, 1))[:, None]))
+        del U
         self._whole = (state, rung, means)
         return means
 
@@ -613,7 +616,8 @@ class ReducedFlow:
         M0, M1, M2 = self._whole_means(state)
         ea, _, eb = self.eta
         g = self.gamma
-        return (ea * g * (M0 @ rw), g * a[:, None] * ((M1 * rw) @ Z) * self.gT, eb * g * a * (M1 @ rw),
+        # no array of neurons × nodes beyond the means: (M1 · rw) @ Z as M1 @ (rw Z)
+        return (ea * g * (M0 @ rw), g * a[:, None] * (M1 @ (rw[:, None] * Z)) * self.gT, eb * g * a * (M1 @ rw),
                 g * a * (M2 @ rw))
 
     def _push(self, state: tuple, d: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -623,7 +627,8 @@ class ReducedFlow:
         a, _, _, C = state
         M0, M1, M2 = self._whole_means(state)
         da, dW, db, dC = d
-        out = da @ M0 + (a[:, None] * M1 * (dW @ Z.T + db[:, None])).sum(0) \
+        # Σ_n a_n M1[n, q] (dŵ_n·z_q + db_n) without an array of neurons × nodes
+        out = da @ M0 + (a * db) @ M1 + (((a[:, None] * dW).T @ M1) * Z.T).sum(0) \
             + (a * self.eta[1] * self._perp(C, 2) * dC) @ M2
         return out / (a.size * self.gamma)
 
