@@ -44,8 +44,9 @@ Gauss–Hermite rules on ``z_T`` and certified by two neighbouring rules (:data:
 neuron that grows inside T and shrinks outside it has a sharp ridge. For |T| ≥ 3 the ladder goes on with
 scrambled Sobol' rules (:data:`TAIL_SOBOL`), whose integrals take the target's part exactly (Stein's form): QMC
 resolves sharp ridges where a product rule of any affordable size does not, but does not integrate polynomials
-exactly. A tail that the finest pair cannot resolve stops the run there (:class:`TailError`, the curve so far kept). It is evaluated where t has grown by
-:data:`TAIL_EVERY` and interpolated between. Modes with coordinates outside T beyond the basis' are not in it.
+exactly. A tail that the finest pair cannot resolve stops the run there (:class:`TailError`, the curve so far
+kept). It is evaluated where t has grown by :data:`TAIL_EVERY` and interpolated between. Modes with coordinates
+outside T beyond the basis' are not in it.
 
 **The whole residual driving** (``drive="whole"``, the variant ``meanfield+whole``; the tail is then counted too).
 The basis' driving stops at the modes in ``S``; the gradient flow of the loss on T is driven by the whole residual
@@ -547,12 +548,11 @@ class ReducedFlow:
     def tail_loss(self, state: tuple) -> float:
         """``Σ_{α ⊂ T, α ∉ S} f_α²/Σ v²``: the loss on every mode in the target's directions that the basis does not
         hold. By Parseval it is ``‖P_T f − y‖² − Σ_{α∈S} (v_α − f_α)²``, with ``P_T f(z_T) = (F(t) − F(0))/γ`` the
-        output averaged over the coordinates outside T (:meth:`_ridge_mean`) and ``‖·‖²`` a product Gauss–Hermite
-        rule on ``z_T``. The averaging smooths each neuron's ridge by ``s_⊥``; a neuron that shrinks outside T while
+        output averaged over the coordinates outside T (:meth:`_ridge_mean`) and ``‖·‖²`` a rule on ``z_T``. The averaging smooths each neuron's ridge by ``s_⊥``; a neuron that shrinks outside T while
         it grows inside has a sharp ridge. So two neighbouring rules of the ladder (:data:`TAIL_POINTS`, then for
         |T| ≥ 3 :data:`TAIL_SOBOL`) are compared, finer pairs taken until they agree within :data:`TAIL_TOL`, and
-        the finer value returned; when the finest pair disagrees, :class:`TailError`. A rule's error can put a tail that is 0 slightly below 0, which is read as 0.
-        0 when the flow has no tail."""
+        the finer value returned; when the finest pair disagrees, :class:`TailError`. A rule's error can put a tail
+        that is 0 slightly below 0, which is read as 0. 0 when the flow has no tail."""
         if self.tail_points is None:
             return 0.0
         basis = float(((self.v - self.f(state)) ** 2).sum())
