@@ -288,10 +288,11 @@ def _tail_rule(T: list[int], target: list[tuple[Any, float]], n: int) -> tuple[n
     return Z, wq, _target_at(T, target, Z)
 
 
-def _sobol_rule(T: list[int], target: list[tuple[Any, float]], m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A scrambled Sobol' rule of ``2^m`` points on ``z_T`` (:data:`TAIL_SOBOL_SEED`; equal weights) and the
+def _sobol_rule(T: list[int], target: list[tuple[Any, float]], m: int,
+                seed: int = TAIL_SOBOL_SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A scrambled Sobol' rule of ``2^m`` points on ``z_T`` (scrambled with ``seed``; equal weights) and the
     target at its nodes."""
-    u = np.clip(qmc.Sobol(len(T), scramble=True, seed=TAIL_SOBOL_SEED).random_base2(m), 1e-12, 1 - 1e-12)
+    u = np.clip(qmc.Sobol(len(T), scramble=True, seed=seed).random_base2(m), 1e-12, 1 - 1e-12)
     Z = norm.ppf(u)
     return Z, np.full(Z.shape[0], 1.0 / Z.shape[0]), _target_at(T, target, Z)
 
@@ -632,11 +633,16 @@ class ReducedFlow:
             + (a * self.eta[1] * self._perp(C, 2) * dC) @ M2
         return out / (a.size * self.gamma)
 
+    def _ptf_on_rule(self, state: tuple) -> np.ndarray:
+        """``P_T f = (F(t) − F(0))/γ`` at the nodes of :meth:`_drive_rule`."""
+        _, F0 = self._drive_rule()
+        a = state[0]
+        return (a @ self._whole_means(state)[0] / a.size - F0) / self.gamma
+
     def residual_on_rule(self, state: tuple) -> np.ndarray:
         """``r = y − P_T f`` at the nodes of :meth:`_drive_rule`."""
-        (_, _, y), F0 = self._drive_rule()
-        a = state[0]
-        return y - (a @ self._whole_means(state)[0] / a.size - F0) / self.gamma
+        (_, _, y), _ = self._drive_rule()
+        return y - self._ptf_on_rule(state)
 
     def lam_max(self, state: tuple) -> float:
         """The largest rate of the flow's kernel: of the Gram on ``S`` (:meth:`gram`) for the basis' driving; for
@@ -662,13 +668,13 @@ class ReducedFlow:
         """``d(a, ŵ_T, b, C)/dt``: driven by the basis' residuals in ``S`` (``drive='basis'``), or by the whole
         residual ``r = y − P_T f`` on T through the rule of :meth:`_drive_rule` (``drive='whole'``)."""
         if self.drive == "whole":
-            (_, wq, y), _ = self._drive_rule()
+            (_, wq, _), _ = self._drive_rule()
             if not self._exact_target(self._drive_rung()):
                 return self._pull(state, wq * self.residual_on_rule(state))
             # a Sobol' rule: r = y − P_T f with the target's part exact (the basis' driving by v), the rule
             # integrating P_T f's part alone
-            PTf = y - self.residual_on_rule(state)
-            return tuple(x - p for x, p in zip(self._stein_velocity(state, self.v), self._pull(state, wq * PTf)))
+            return tuple(x - p for x, p in zip(self._stein_velocity(state, self.v),
+                                               self._pull(state, wq * self._ptf_on_rule(state))))
         a = state[0]
         A = self._parts(state)[0]
         return self._stein_velocity(state, self.v - ((a[:, None] * A).mean(0) - self.phi0) / self.gamma)

@@ -18,7 +18,6 @@ import sympy as sp
 
 from featureode.ode.variants import MEANFIELD, MEANFIELD_TAIL, MEANFIELD_WHOLE
 
-t = sp.Symbol("t", nonnegative=True)
 a, b, C = sp.symbols("a b C", real=True)
 gamma = sp.Symbol("gamma", positive=True)
 eta_a, eta_w, eta_b = sp.symbols("eta_a eta_w eta_b", positive=True)
@@ -26,6 +25,7 @@ u = sp.Symbol("u", real=True)                      #: the pre-activation on T, `
 s_perp = sp.Symbol(r"s_{\perp}", nonnegative=True)  #: the smoothing by the coordinates outside T
 z_i, w_i, g_i = sp.Symbol("z_i", real=True), sp.Symbol(r"\hat{w}_i", real=True), sp.Symbol("g_i", positive=True)
 v_alpha, f_alpha = sp.Symbol(r"v_\alpha", real=True), sp.Symbol(r"f_\alpha", real=True)
+
 
 class Expect(sp.Function):
     """``E_over[x]``: ``Expect(x, over)``, printed ``\\mathrm{E}_{over}[x]`` (amsmath alone)."""
@@ -50,12 +50,12 @@ class SumOver(sp.Function):
 #: ``m_k(u, s) = E_ζ[σ^{(k)}(u + sζ)]``, the activation's Gaussian-smoothed derivatives
 m = [sp.Function(f"m_{k}") for k in range(3)]
 z, zeta = sp.Symbol("z"), sp.Symbol("zeta", real=True)
-_z, _theta, _theta0 = sp.Symbol("z"), sp.Symbol("theta"), sp.Symbol("theta_0")
+_theta, _theta0 = sp.Symbol("theta"), sp.Symbol("theta_0")
 
 
 def E_z(x: sp.Expr) -> sp.Expr:
     """The expectation over ``z_T ~ N(0, I)``."""
-    return Expect(x, _z)
+    return Expect(x, z)
 
 
 class _PTf(sp.Function):
@@ -69,7 +69,6 @@ class _PTf(sp.Function):
 
 PTf = _PTf(z)
 r, y, h_alpha = (sp.Function(name)(z) for name in ("r", "y", r"h_\alpha"))
-sigma = sp.Function("sigma")
 
 #: ``dθ/dt`` of a neuron, per coordinate (``ŵ_i`` for ``i ∈ T``)
 VELOCITY: dict[str, sp.Expr] = {
