@@ -438,7 +438,8 @@ def _kernel_values(spectrum, act: str, bias: float) -> tuple:
 
 def test_shared_caches_give_the_same_numbers_as_fresh_computations():
     """Two spectra with the same Σg (they share the grid and so the activation's mean table), two σ_b, relu and
-    tanh, interleaved in one process; then each recomputed alone after clearing every cache: bitwise equal."""
+    tanh, interleaved in one process; then each recomputed alone after clearing every cache, and after histories
+    that leave other integrals and wider measures in the caches: bitwise equal."""
     from featureode.kernel.theory import clear_caches
 
     cases = [(Spectrum.power_law(8), "relu", 0.5), (Spectrum.power_law(12, 1.0, 2.0), "relu", 1.0),
@@ -451,6 +452,17 @@ def test_shared_caches_give_the_same_numbers_as_fresh_computations():
         for x, y in zip(got, want):
             assert np.array_equal(x, y), c
     assert not np.allclose(together[0][0], together[2][0])      # σ_b matters: the caches are keyed on it
+    # a history that extends the shared measures below the rows these integrands need (a more singular integrand
+    # first) and batches other integrals beside them: still the fresh numbers, bit for bit (it was not: the
+    # integrals were summed over the extended rows and at batch-dependent positions of one gathered product)
+    for history in (lambda sp: closure_constants("relu", sp, 0.5, 4),
+                    lambda sp: gram_matrix(["1", "z3"], sp, "relu", 0.5),
+                    lambda sp: gram_matrix(["h4(z1)", "z0*z1*z2"], sp, "relu", 0.5)):
+        clear_caches()
+        history(cases[0][0])
+        got = _kernel_values(*cases[0])
+        for x, y in zip(got, together[0]):
+            assert np.array_equal(x, y)
 
 
 def test_build_once_network_and_batch_equal_kernel_theory():

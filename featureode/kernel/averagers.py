@@ -202,8 +202,9 @@ class QuadratureAverager:
     def prefetch(self, terms: Iterable[Term]) -> None:
         """Compute every integral of ``terms`` not computed yet, together: their measures in one compiled pass of
         :meth:`QLaw.measures <featureode.kernel.initlaw.QLaw.measures>` (each on the rows the most singular of its
-        integrands needs), then ``mass · Σ_Q w(Q) F_{jk}(Q)`` of all of them as one gathered product of a weight
-        matrix (a row per measure and singular power) and an ``F`` matrix (a row per ``(j, k)``)."""
+        integrands needs), then ``mass · Σ_Q w(Q) F_{jk}(Q)`` of all of them, each over the rows its own singular
+        power needs, gathered into one array of products (the weights of a block, one per measure and singular
+        power, times ``F_{jk}`` on them) and summed per integral by one pairwise sum."""
         wanted: dict[tuple[Gamma, bool, int, int], int] = {}
         act, sb, dim = self.net.activation, self.net.bias_std, self.net.dim
         checked = _CHECKED.setdefault(act, {}).setdefault((sb > 0, dim), {})   # key -> singular power
@@ -218,11 +219,12 @@ class QuadratureAverager:
         if not wanted:
             return
         laws = self.law.measures([(gamma, weighted, e) for (gamma, weighted, _, _), e in wanted.items()])
-        block_of: dict[tuple[int, int], int] = {}        # (law, e) -> row of W
-        block_law: list = []                              # per row of W: its measure
-        block_e: list[int] = []                           # per row of W: the singular power it is weighed against
-        pairs: dict[tuple[int, int], list[int]] = {}      # (j, k) -> its rows of W
-        on_grid: list[tuple[tuple[Gamma, bool, int, int], float, int]] = []  # key, mass, row of W
+        block_of: dict[tuple[int, int], int] = {}        # (law, e) -> its block
+        block_law: list = []                              # per block: its measure
+        block_e: list[int] = []                           # per block: the singular power it is weighed against
+        block_key: list[tuple[Gamma, bool]] = []          # per block: its (γ, weighted)
+        pairs: dict[tuple[int, int], list[int]] = {}      # (j, k) -> its blocks
+        on_grid: list[tuple[tuple[Gamma, bool, int, int], float, int]] = []  # key, mass, block
         for (key, e), ms in zip(wanted.items(), laws):
             if ms.rows is None:   # a Gauss rule: F at its nodes
                 self._integrals[key] = self.factor * ms.mass * float(np.sum(ms.w * self.table.F_at(key[2], key[3],
@@ -232,36 +234,51 @@ class QuadratureAverager:
             if b is None:
                 b = block_of[(id(ms), e)] = len(block_law)
                 block_law.append(ms)
+                block_key.append((key[0], key[1]))
                 block_e.append(e)
             pairs.setdefault((key[2], key[3]), []).append(b)
             on_grid.append((key, ms.mass, b))
         if not on_grid:
             return
-        # every block at once: points where the weight times the bound Q^{-e/2} of F is under 1e-20 of its top
+        # Each integral is summed over its own rows only, in row order, by one pairwise sum per integral, so that
+        # its value does not depend on what else was asked before or with it (cached and fresh computations stay
+        # bitwise equal): a measure first computed for a more singular integrand carries rows below the ones this
+        # integrand needs (they are cut at its own first row), and a shared gathered product would sum each row
+        # at a position that depends on the batch.
+        own_lo = np.array([self.law.first_row(g, wt, e) for (g, wt), e in zip(block_key, block_e)], dtype=np.intp)
         which = np.repeat(np.arange(len(block_law)), [ms.rows.size for ms in block_law])
         w_all = np.concatenate([ms.w for ms in block_law])
         rows_all = np.concatenate([ms.rows for ms in block_law])
         e_all = np.asarray(block_e, dtype=float)[which]
+        # points where the weight times the bound Q^{-e/2} of F is under 1e-20 of its top are left out
         bound = np.where(e_all > 0, np.abs(w_all) * np.concatenate([ms.Q for ms in block_law]) ** (-e_all / 2),
                          np.abs(w_all))
+        bound[rows_all < own_lo[which]] = 0.0
         top = np.zeros(len(block_law))
         np.maximum.at(top, which, bound)
-        keep = bound > 1e-20 * top[which]
+        keep = (bound > 1e-20 * top[which]) & (rows_all >= own_lo[which])
         which, w_all, rows_all = which[keep], w_all[keep], rows_all[keep]
-        rows_by_block = np.split(rows_all, np.cumsum(np.bincount(which, minlength=len(block_law)))[:-1])
+        count = np.bincount(which, minlength=len(block_law))
+        first = np.concatenate([[0], np.cumsum(count)[:-1]])        # each block's first point in w_all
         L, H = (int(rows_all.min()), int(rows_all.max()) + 1) if rows_all.size else (0, 0)
-        W = np.zeros((len(block_law), H - L))
-        W[which, rows_all - L] = w_all
-        row_of_pair = {jk: n for n, jk in enumerate(pairs)}
         F = np.zeros((len(pairs), H - L))
+        row_of_pair = {jk: n for n, jk in enumerate(pairs)}
         for n, (jk, users) in enumerate(pairs.items()):   # F_{jk} on the rows its integrals weigh
-            need = np.unique(np.concatenate([rows_by_block[b] for b in set(users)]))
+            need = np.unique(np.concatenate([rows_all[first[b]:first[b] + count[b]] for b in set(users)]))
             if need.size:
                 F[n, need - L] = self.table.F(jk[0], jk[1], need)
         a = np.fromiter((b for _, _, b in on_grid), dtype=np.intp, count=len(on_grid))
         c = np.fromiter((row_of_pair[(key[2], key[3])] for key, _, _ in on_grid), dtype=np.intp, count=len(on_grid))
         mass = np.fromiter((m for _, m, _ in on_grid), dtype=float, count=len(on_grid))
-        vals = self.factor * mass * np.einsum("ir,ir->i", W[a], F[c])
+        size = count[a]
+        seg = np.concatenate([[0], np.cumsum(size)[:-1]])           # each integral's first product
+        point = np.repeat(first[a] - seg, size) + np.arange(int(size.sum()))
+        products = w_all[point] * F[np.repeat(c, size), rows_all[point] - L]
+        sums = np.zeros(len(on_grid))
+        filled = size > 0
+        if products.size:
+            sums[filled] = np.add.reduceat(products, seg[filled])
+        vals = self.factor * mass * sums
         for (key, *_), val in zip(on_grid, vals.tolist()):
             self._integrals[key] = val
 

@@ -188,6 +188,11 @@ class QLaw:
         self._rows_ready(lo, hi)
         return self._p_base[lo:hi]
 
+    def first_row(self, gamma: Gamma, weighted: bool, singular: int) -> int:
+        """First grid row that can matter for ``ν_γ`` (times ``P`` when ``weighted``) against an integrand
+        ``≤ Q^{−singular/2}`` (:meth:`_first_row`)."""
+        return self._first_row(sum(n for _, n in gamma) + bool(weighted) - singular / 2)
+
     def _first_row(self, power: float) -> int:
         """First grid row that can matter for ``ν_γ`` against an integrand ``≤ Q^{−e/2}``: since
         ``ŵ^{2γ} ≤ Q^{|γ|}`` and ``P ≤ g_0 Q``, ``ν_γ(dQ) ≤ Q^{|γ| (+1)} ν_0(dQ)``, and ``ν̂_0`` has the bound of
@@ -225,7 +230,7 @@ class QLaw:
         first: dict[tuple[Gamma, bool], int] = {}
         for gamma, weighted, singular in requests:
             key = (gamma, bool(weighted))
-            lo = self._first_row(sum(n for _, n in gamma) + bool(weighted) - singular / 2)
+            lo = self.first_row(gamma, weighted, singular)
             first[key] = min(lo, first.get(key, lo))
         todo = []
         for key, lo in first.items():
