@@ -66,9 +66,10 @@ def earlier_flow(case: tuple) -> "tuple[str, dict] | None":
     return None
 
 
-def score_case(suite: str, case: tuple, integrator: str | None = None) -> dict:
+def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tuple[int, ...] | None = None) -> dict:
     """Run ``meanfield+whole`` on one case and score it against every stored training of it, on the extended
-    basis (``ratios``) and on the target basis (``ratios_T``, the loss on T: :meth:`ReducedFlow.loss_on_T`)."""
+    basis (``ratios``) and on the target basis (``ratios_T``, the loss on T: :meth:`ReducedFlow.loss_on_T`).
+    ``sobol``: the Sobol' rungs' exponents for |T| ≥ 3 in place of the package's ``TAIL_SOBOL``."""
     seeds = stored(suite, case)
     out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds]}
     if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
@@ -87,11 +88,15 @@ def score_case(suite: str, case: tuple, integrator: str | None = None) -> dict:
     theory = kernel_theory(case_config(case), with_gram=True)
     try:
         flow = ReducedFlow.from_theory(theory, drive="whole")
+        if sobol is not None and flow.tail_sobol:
+            flow.tail_sobol = sobol
         ts, fs, error = flow.run(stored_horizon(seeds), stop_loss=0.05, max_steps=5000, integrator=integrator)
     except MeanFieldError as exc:
         out.update(note=f"failed: {exc}", seconds=time.time() - start)
         return out
     out["integrator"] = flow.integrator
+    if flow.tail_sobol:
+        out["sobol"] = list(flow.tail_sobol)
     loss, loss_T = flow.loss(ts, fs), flow.loss_on_T(ts, fs)
     out["flow"] = [crossing(ts, loss, 0.5), crossing(ts, loss, 0.1)]
     out["flow_T"] = [crossing(ts, loss_T, 0.5), crossing(ts, loss_T, 0.1)]
@@ -130,6 +135,9 @@ def main() -> int:
     parser.add_argument("--rerun", action="store_true",
                         help="run again the picked cases kept without a target-basis ratio (the first round's) or "
                         "stopped by a tail the rules did not resolve")
+    parser.add_argument("--sobol", default=None,
+                        help="comma-separated exponents of the Sobol' rungs for |T| ≥ 3 (default the package's "
+                        "TAIL_SOBOL, 14,15; 16 takes ~7 GB with 4096 neurons)")
     parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
                         "(default: whole_residual_SUITE.json beside this script)")
     args = parser.parse_args()
@@ -140,7 +148,8 @@ def main() -> int:
         if key in kept and not (args.rerun and "ratios" in kept[key] and (
                 "ratios_T" not in kept[key] or "not resolved" in kept[key].get("note", ""))):
             continue
-        r = score_case(args.suite, case, args.integrator)
+        r = score_case(args.suite, case, args.integrator,
+                       tuple(int(x) for x in args.sobol.split(",")) if args.sobol else None)
         with FileLock(str(args.json) + ".lock"):   # other processes may have kept cases of this suite meanwhile
             kept = json.loads(args.json.read_text()) if args.json.exists() else {}
             kept[key] = r
