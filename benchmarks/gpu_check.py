@@ -125,8 +125,9 @@ def main() -> None:
             rep = compare_config(load_config().replace(training={"device": dev}), tmp, progress=False)
             wall = time.perf_counter() - t0
         d = rep.variants["displacement"].metrics
+        ratios = "no metrics (the variant failed)" if d is None else f"{d.t50_ratio.text()} / {d.t10_ratio.text()}"
         lines += ["", f"Built-in default `compare` on the device: {wall:.1f} s wall; displacement t50/t10 ratios "
-                      f"{d.t50_ratio.text()} / {d.t10_ratio.text()}."]
+                      f"{ratios}."]
         print(lines[-1], flush=True)
     lines += sweep_rates(dev, args.quick)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -44,7 +45,7 @@ _acc: dict[str, float] = {}
 def _wrap(cls: type, name: str, label: str) -> None:
     f = getattr(cls, name)
 
-    def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def timed(*args: Any, **kwargs: Any) -> Any:
         c0 = time.process_time()
         try:
             return f(*args, **kwargs)
@@ -54,7 +55,7 @@ def _wrap(cls: type, name: str, label: str) -> None:
     setattr(cls, name, timed)
 
 
-def one(cfg) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
+def one(cfg: Any) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     _acc.clear()
     c0 = time.process_time()

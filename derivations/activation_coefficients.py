@@ -46,6 +46,14 @@ def he(n: int, x: sp.Expr) -> sp.Expr:
     return sp.expand(sp.sqrt(sp.factorial(n)) * hermite_expr(n).subs(Z, x))
 
 
+def mu_expr(name: str, n: int) -> sp.Expr:
+    """The package's closed form of ``μ_n(b, s)`` for activation ``name`` (these derivations need one)."""
+    expr = ACTIVATIONS[name].hermite_expr(n)
+    if expr is None:
+        raise SystemExit(f"error: {name} has no closed form for mu_{n}; this derivation covers relu and erf only")
+    return expr
+
+
 def is_zero(expr: sp.Expr) -> bool:
     """Exact zero test: erfc rewritten through erf, then simplified."""
     return sp.simplify(sp.expand(sp.sympify(expr).rewrite(sp.erf))) == 0
@@ -163,13 +171,13 @@ def relu(d: Derivation, kmax: int) -> None:
     d.text(r"\paragraph{Step 5 ($\mu_n$).} From $\mu_n = s^n m_n/\sqrt{n!}$ (package expressions):",
            "Step 5: mu_n")
     for n in range(kmax + 1):
-        d.equation(f"\\mu_{{{n}}}(b,s)", act.hermite_expr(n), f"mu_{n}(b, s)")
+        d.equation(f"\\mu_{{{n}}}(b,s)", mu_expr("relu", n), f"mu_{n}(b, s)")
     d.text(r"\paragraph{Step 6 (check against theory, section 2).} At $b=0$, $s=1$: $\mathbb{E}[\sigma He_n] = "
            r"1/\sqrt{2\pi},\ 1/2$, then $0$ for odd $n\ge3$ and $(-1)^{n/2-1}(n-3)!!/\sqrt{2\pi}$ for even $n\ge2$.",
            "Step 6: b = 0, s = 1 against the theory closed form")
     rows = []
     for n in range(kmax + 1):
-        mu = sp.simplify(act.hermite_expr(n).subs({B: 0, S: 1}))
+        mu = sp.simplify(mu_expr("relu", n).subs({B: 0, S: 1}))
         design = (1 / sp.sqrt(2 * sp.pi) if n == 0 else sp.Rational(1, 2) if n == 1 else sp.Integer(0) if n % 2
                   else (-1) ** (n // 2 - 1) * sp.factorial2(n - 3) / sp.sqrt(2 * sp.pi))
         d.check(f"$\\sqrt{{{n}!}}\\,\\mu_{{{n}}}(0,1) = {sp.latex(design)}$", sp.sqrt(sp.factorial(n)) * mu - design,
@@ -212,8 +220,8 @@ def erf(d: Derivation, kmax: int) -> None:
     d.text(r"\paragraph{Step 4 ($\mu_n$).} From $\mu_n = s^n m_n/\sqrt{n!}$ (package expressions):", "Step 4: mu_n")
     rows = []
     for n in range(kmax + 1):
-        d.equation(f"\\mu_{{{n}}}(b,s)", act.hermite_expr(n), f"mu_{n}(b, s)")
-        rows.append([f"${n}$", f"${sp.latex(sp.simplify(act.hermite_expr(n).subs({B: 0, S: 1})))}$"])
+        d.equation(f"\\mu_{{{n}}}(b,s)", mu_expr("erf", n), f"mu_{n}(b, s)")
+        rows.append([f"${n}$", f"${sp.latex(sp.simplify(mu_expr('erf', n).subs({B: 0, S: 1})))}$"])
     d.text(r"At $b = 0$, $s = 1$ (even coefficients vanish: erf is odd):", "b = 0, s = 1:")
     d.table([r"$n$", r"$\mu_n(0,1)$"], rows)
 
@@ -231,7 +239,7 @@ def numeric_cross_check(d: Derivation, kmax: int) -> None:
             row = [f"${n}$"]
             hn = sp.lambdify(XI, hermite_expr(n).subs(Z, XI), "mpmath")
             for name in ("relu", "erf"):
-                closed = mpmath.mpf(sp.N(ACTIVATIONS[name].hermite_expr(n).subs({B: b, S: s}), 30))
+                closed = mpmath.mpf(sp.N(mu_expr(name, n).subs({B: b, S: s}), 30))
                 kink = -mpmath.mpf(b) / mpmath.mpf(s)
                 quad = mpmath.quad(lambda x: sig[name](s * x + b) * hn(x) * mpmath.npdf(x),
                                    [-mpmath.inf, kink, mpmath.inf])

@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         for beta in ("z0", "z1"):
             series = sp.series(law(term, beta), Dv, 0, 3).removeO()
             check(sp.simplify(series - (1 + gam**2 * sum(UV[beta]) * Dv**2)) == 0,
-                  f"{term.name}: λ_{beta} = 1 + γ² S D² + O(D⁴) (linear constants)")  # type: ignore[attr-defined]
+                  f"{term.name}: λ_{beta} = 1 + γ² S D² + O(D⁴) (linear constants)")
     rational = ode.RATIONAL_GROWTH.body.subs(ode.M, 1).doit().subs({ode.D[0]: Dv, ode.q: gam**2})
     grow = rational.subs(ode.S[ode.beta, 0], sp.Symbol("S", positive=True))
     check(sp.simplify(grow - (1 + gam**2 * sp.Symbol("S", positive=True) * Dv**2)) == 0,

@@ -111,13 +111,17 @@ def arccos_ntk(rho: sp.Expr, sb: sp.Expr) -> sp.Expr:
 
 def relu_levels(max_level: int = 4) -> list[sp.Expr]:
     """Item 3: closed forms of Λ_1 … Λ_max (symbolic σ_b), checked against the arc-cosine Taylor series."""
-    exprs = level_coefficient_exprs("relu", SB, max_level)
+    found = level_coefficient_exprs("relu", SB, max_level)
+    exprs: list[sp.Expr] = []
+    for level, expr in enumerate(found[1:], start=1):
+        assert expr is not None, f"ReLU has a closed form for Λ_{level}"
+        exprs.append(expr)
     series = sp.series(arccos_ntk(RHO, sp.Rational(1, 2)), RHO, 0, max_level + 1).removeO()
     for level in range(1, max_level + 1):
         taylor = sp.factorial(level) * series.coeff(RHO, level)
-        closed = exprs[level].subs(SB, sp.Rational(1, 2))
+        closed = exprs[level - 1].subs(SB, sp.Rational(1, 2))
         assert abs(sp.N(taylor - closed, 50)) < sp.Float(10) ** -40, level
-    return exprs[1:]
+    return exprs
 
 
 def document(projections: list[tuple[str, str]], relu: list[sp.Expr]) -> str:

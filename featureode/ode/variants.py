@@ -23,7 +23,7 @@ import keyword
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import sympy as sp
 from sympy.core.function import AppliedUndef
@@ -191,7 +191,7 @@ class Variant:
     closure: "str | Closure" = "lazy"
     kappa: float | None = None
     scale: bool = False
-    ablate: tuple[str, ...] = ()
+    ablate: Sequence[str] = ()  # any sequence of names (or one name); kept as a tuple
     replace: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, float] = field(default_factory=dict)
     name: str | None = None
@@ -358,6 +358,6 @@ def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Var
         if not any(term in v.term_names(cfg.basis) for v in out):
             raise VariantError(f"[ode] ablate: no listed variant has term {term!r} ({cfg.basis} basis)")
     return [dataclasses.replace(
-        v, ablate=v.ablate + tuple(t for t in ablate if t in v.term_names(cfg.basis) and t not in v.ablate),
+        v, ablate=tuple(v.ablate) + tuple(t for t in ablate if t in v.term_names(cfg.basis) and t not in v.ablate),
         name=(v.name + "".join(f"-no-{t}" for t in ablate if t in v.term_names(cfg.basis))) if v.name else None)
         for v in out]
