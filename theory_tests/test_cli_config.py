@@ -113,6 +113,18 @@ def test_cli_bad_arguments_are_refused_by_the_parser(capsys, argv, needle):
     assert exc.value.code == 2 and needle in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value, fix", [
+    ("[rational, lazy]", """--set 'ode.variants=["rational", "lazy"]'"""),
+    ("rational", """--set 'ode.variants=["rational"]'"""),
+    ("rational,lazy", """--set 'ode.variants=["rational", "lazy"]'"""),
+])
+def test_a_list_given_as_text_names_the_toml_fix(capsys, value, fix):
+    """``--set ode.variants=[rational]`` (unquoted names: not TOML, so it arrives as text) names the quoted form."""
+    assert main(["kernel", "--set", f"ode.variants={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("featureode: error: [ode] variants must be a list") and fix in err and err.count("\n") == 1
+
+
 def test_config_file_errors_are_one_line(capsys, tmp_path):
     """A bad key in a file (the user's value named), a missing file and a folder given as the config."""
     bad = tmp_path / "bad.toml"

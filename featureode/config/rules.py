@@ -194,7 +194,13 @@ def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
         return value
     for typ, name in ((bool, "true or false"), (str, "a string"), (list, "a list"), (dict, "a table")):
         if isinstance(default, typ) and not isinstance(value, typ):
-            raise ConfigError(f"{where} must be {name}, got {value!r}")
+            hint = ""
+            if typ is list and isinstance(value, str):
+                # e.g. --set ode.variants=[rational]: not TOML, so it arrived as text
+                names = [x.strip().strip("'\"") for x in value.strip().strip("[]").split(",") if x.strip()]
+                shown = ", ".join(f'"{x}"' for x in names) or '"name"'
+                hint = f"; write a TOML list of quoted names: {key} = [{shown}] (--set '{section}.{key}=[{shown}]')"
+            raise ConfigError(f"{where} must be {name}, got {value!r}{hint}")
     if isinstance(default, list) and not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of names (strings), got {value!r}")
     return value
