@@ -199,28 +199,44 @@ def test_backend_choice_is_fixed_per_process_and_a_bad_override_is_refused(monke
     assert L.backend("_talbot_densities") == "numba"
 
 
-@pytest.mark.parametrize("d", [3, 16, 64, 200])
+@pytest.mark.parametrize("d", [3, 16, 64, 200, 10_000])
 def test_contour_factors_equal_the_log_sum_in_extended_precision(d, loops):
     # Π_i (1 + 2 z g_i)^{-1/2} by a running product with counted half-turns (loops.contour_factors) against the
     # principal-branch sum exp(−½ Σ_i log(1 + 2 z g_i)) in long double (both backends of the loop), on the Talbot
     # contour of the Q grid (arguments from 0 to nearly π, |z| up to ~1e26, so the product winds many half-turns and
-    # is rescaled), and the P factor Σ_i h_i g_i / (1 + 2 z g_i)
+    # is rescaled), and the P factor Σ_i h_i g_i / (1 + 2 z g_i). At d = 10 000 the product also shrinks to ~1e-560
+    # where Re z ≪ 0 (factors below 1 in modulus; it underflowed to 0 and raised ZeroDivisionError at d ≥ ~7000)
     from featureode.kernel.loops import contour_factors
 
     g = np.asarray(_spectrum(d, 1.1))
     h = g * np.linspace(0.5, 2.0, d)
     law = QLaw(tuple(g))
-    z = law.z[:: max(1, law.z.shape[0] // 300)]
+    step = max(1, law.z.shape[0] // (300 if d < 10_000 else 40))   # the reference costs d long-double logs a point
+    z = law.z[::step]
+    shift = (law.Q[::step, None] * z).real    # e^{Re Qz}: the size of the Laplace kernel the kernel joins to it
     base, psum = contour_factors(np.ascontiguousarray(z), g, h)
     zl = z.astype(np.clongdouble)
-    ref = np.exp(sum(-0.5 * np.log(1 + 2 * np.longdouble(gi) * zl) for gi in g))
+    log_ref = sum(-0.5 * np.log(1 + 2 * np.longdouble(gi) * zl) for gi in g)
+    ref = np.exp(log_ref)
     pref = sum(np.longdouble(hi * gi) / (1 + 2 * np.longdouble(gi) * zl) for gi, hi in zip(g, h))
-    ok = np.abs(ref) > 1e-300   # below: long double resolves what float64 flushes to 0 (small Q, large d)
-    assert ok.sum() > 1000
-    assert np.all(np.abs(base[~ok]) < 1e-290)
+    # outside float64's range: long double resolves what float64 flushes to 0 (small Q, large d) or to inf
+    ok = (np.abs(ref) > 1e-300) & (np.abs(ref) < 1e300)
+    assert ok.sum() > z.size // 10
+    assert np.all(np.abs(base[np.abs(ref) <= 1e-300]) < 1e-290)
     rel = np.abs(base[ok] - ref[ok].astype(complex)) / np.abs(ref[ok].astype(complex))
     assert rel.max() < 1e-12 * d, rel.max()
     np.testing.assert_allclose(psum, pref.astype(complex), rtol=1e-13)
+    # with the shift, as the kernel calls it: e^{Re Qz} Π_i (…)^{−1/2}, right wherever the exact value is in range,
+    # also where the product's root alone is not (d = 10 000); beyond 1e300 (rows far below the law's bulk, which
+    # the kernel does not compute) it may overflow
+    shifted, _ = contour_factors(np.ascontiguousarray(z), g, h, shift)
+    ref_s = np.exp(log_ref + shift.astype(np.longdouble))
+    ok_s = (np.abs(ref_s) > 1e-300) & (np.abs(ref_s) < 1e300)
+    rel = np.abs(shifted[ok_s] - ref_s[ok_s].astype(complex)) / np.abs(ref_s[ok_s].astype(complex))
+    assert rel.max() < 1e-12 * d, rel.max()
+    assert np.all(np.abs(shifted[np.abs(ref_s) <= 1e-300]) < 1e-290)
+    if d >= 10_000:   # the regime that broke: the product below float64's range (its root above 1e160)
+        assert np.abs(ref).max() > 1e160, float(np.abs(ref).max())
     half_turns = np.abs(sum(np.angle(1 + 2 * gi * z) for gi in g)) / math.pi
     assert half_turns[ok].max() > 2   # the product did wind past the branch cut
 

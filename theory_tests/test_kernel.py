@@ -129,10 +129,12 @@ def test_closure_constants_against_monte_carlo_over_neurons():
 
 
 @pytest.mark.parametrize("activation,dim,iso,n", [("relu", 4, False, 200_000), ("tanh", 8, False, 20_000),
-                                                  ("relu", 128, True, 200_000), ("step", 8, False, 200_000)])
+                                                  ("relu", 128, True, 200_000), ("step", 8, False, 200_000),
+                                                  ("relu", 10_000, False, 10_000)])
 def test_quadrature_matches_monte_carlo_over_neurons(activation, dim, iso, n):
     """The deterministic average over (ŵ, b) agrees with Monte Carlo over neurons of the same per-neuron projections
-    (small d: singular |ŵ| → 0 region; isotropic d = 128: the concentrated law of |ŵ|²; step: classical order 0)."""
+    (small d: singular |ŵ| → 0 region; isotropic d = 128: the concentrated law of |ŵ|²; step: classical order 0;
+    d = 10 000: the law's contour product below float64's range, once a ZeroDivisionError from d ≈ 7000)."""
     spectrum = Spectrum.power_law(dim, 0.0, 1.0) if iso else Spectrum.power_law(dim)
     modes = ["1", "z0", "h2(z0)", "z0*z1", "z0*z1*z2", "h3(z1)"] if dim >= 3 else ["1", "z0", "z0*z1"]
     exact, _ = exact_eigenvalues(modes, spectrum, activation, 0.5)
@@ -453,8 +455,8 @@ def test_shared_caches_give_the_same_numbers_as_fresh_computations():
             assert np.array_equal(x, y), c
     assert not np.allclose(together[0][0], together[2][0])      # σ_b matters: the caches are keyed on it
     # a history that extends the shared measures below the rows these integrands need (a more singular integrand
-    # first) and batches other integrals beside them: still the fresh numbers, bit for bit (it was not: the
-    # integrals were summed over the extended rows and at batch-dependent positions of one gathered product)
+    # first) and batches other integrals beside them: still the fresh numbers, bit for bit (it was not: each row was
+    # summed at a position of one gathered product that the batch and the measures' extent set)
     for history in (lambda sp: closure_constants("relu", sp, 0.5, 4),
                     lambda sp: gram_matrix(["1", "z3"], sp, "relu", 0.5),
                     lambda sp: gram_matrix(["h4(z1)", "z0*z1*z2"], sp, "relu", 0.5)):

@@ -242,9 +242,9 @@ class QuadratureAverager:
             return
         # Each integral is summed over its own rows only, in row order, by one pairwise sum per integral, so that
         # its value does not depend on what else was asked before or with it (cached and fresh computations stay
-        # bitwise equal): a measure first computed for a more singular integrand carries rows below the ones this
-        # integrand needs (they are cut at its own first row), and a shared gathered product would sum each row
-        # at a position that depends on the batch.
+        # bitwise equal): a shared gathered product would sum each row at a position that depends on the batch.
+        # A measure first computed for a more singular integrand carries rows below the ones this integrand needs;
+        # they are cut at its own first row (a safeguard: the bound below has left them out in every case tried).
         own_lo = np.array([self.law.first_row(g, wt, e) for (g, wt), e in zip(block_key, block_e)], dtype=np.intp)
         which = np.repeat(np.arange(len(block_law)), [ms.rows.size for ms in block_law])
         w_all = np.concatenate([ms.w for ms in block_law])

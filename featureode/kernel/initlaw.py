@@ -170,11 +170,14 @@ class QLaw:
         if not todo.size:
             return
         z, Q = self.z[todo], self.Q[todo]
-        kern = (self._r[todo] / self.talbot)[:, None] * self._coef[None, :] * np.exp(Q[:, None] * z)
+        # e^{Qz} = e^{Re Qz} e^{i Im Qz}: its size joins the product's logarithm inside the loop (alone it can underflow
+        # where Π_i (1 + 2 z g_i)^{−1/2} overflows, at large d), its phase stays here
+        qz = Q[:, None] * z
+        kern = (self._r[todo] / self.talbot)[:, None] * self._coef[None, :] * np.exp(1j * qz.imag)
         from featureode.kernel.loops import contour_factors
 
         with np.errstate(all="ignore"):
-            base, self._p_base[todo] = contour_factors(np.ascontiguousarray(z), self.g, self.h)
+            base, self._p_base[todo] = contour_factors(np.ascontiguousarray(z), self.g, self.h, qz.real)
             self._base[todo] = kern * base
         self._ready[todo] = True
 

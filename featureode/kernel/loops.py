@@ -91,11 +91,13 @@ def _talbot_densities(base: np.ndarray, pbase: np.ndarray, recip: np.ndarray, lo
             out[k, r] = acc
 
 
-def _contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray, base: np.ndarray, psum: np.ndarray) -> None:
-    """``base = Π_i (1 + 2 z g_i)^{−1/2}`` (principal roots) and ``psum = Σ_i h_i g_i/(1 + 2 z g_i)`` at every point
-    of ``z`` (rows × contour, closed upper half-plane, ``g_i > 0``): the running product with its half-turns counted
-    of the NumPy twin :func:`_contour_factors_numpy` (which says why it is exact), point by point in real arithmetic
-    (``1/w = conj(w)/|w|²``; the scale check on ``|Re| + |Im|``: equal to the twin to round-off)."""
+def _contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray, shift: np.ndarray, base: np.ndarray,
+                     psum: np.ndarray) -> None:
+    """``base = e^{shift} Π_i (1 + 2 z g_i)^{−1/2}`` (principal roots) and ``psum = Σ_i h_i g_i/(1 + 2 z g_i)`` at
+    every point of ``z`` (rows × contour, closed upper half-plane, ``g_i > 0``): the running product with its
+    half-turns counted of the NumPy twin :func:`_contour_factors_numpy` (which says why it is exact), point by point
+    in real arithmetic (``1/w = conj(w)/|w|²``; the scale check on ``|Re| + |Im|``: equal to the twin to
+    round-off)."""
     R, C = z.shape
     for r in range(R):
         for c in range(C):
@@ -123,7 +125,7 @@ def _contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray, base: np.ndarr
                 negative = now
                 if n % 4 == 3:
                     size = abs(pr) + abs(pi)
-                    if size > 1e60:
+                    if size > 1e60 or size < 1e-60:   # factors below 1 in modulus (Re z < 0) shrink it
                         log_scale += np.log(size)
                         pr /= size
                         pi /= size
@@ -143,7 +145,8 @@ def _contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray, base: np.ndarr
             if turns % 2 == 1:   # a > 0: arctan2's sign, −0 included
                 k = turns - 1 if ui > 0.0 or (ui == 0.0 and ur < 0.0 and math.copysign(1.0, ui) > 0.0) \
                     else turns + 1
-            mag = 1.0 / math.sqrt(m) if log_scale == 0.0 else math.exp(-0.5 * (math.log(m) + log_scale))
+            mag = math.exp(shift[r, c]) / math.sqrt(m) if log_scale == 0.0 else \
+                math.exp(shift[r, c] - 0.5 * (math.log(m) + log_scale))
             if int(k) // 2 % 2 == 1:
                 mag = -mag
             base[r, c] = complex(mag * cr, -mag * ci)
@@ -338,16 +341,20 @@ def _tilted_densities_numpy(base: np.ndarray, recip: np.ndarray, csum: np.ndarra
             out[j, lo:hi] = np.einsum("rc,rc->r", terms[lo - L: hi - L], reg[jreg[j]][lo - L: hi - L]).real
 
 
-def _contour_factors_numpy(z: np.ndarray, g: np.ndarray, h: np.ndarray, base: np.ndarray, psum: np.ndarray) -> None:
+def _contour_factors_numpy(z: np.ndarray, g: np.ndarray, h: np.ndarray, shift: np.ndarray, base: np.ndarray,
+                           psum: np.ndarray) -> None:
     """The NumPy twin of :func:`_contour_factors` (every point at once, one direction at a time): ``base =
-    Π_i (1 + 2 z g_i)^{−1/2}`` (principal roots) and ``psum = Σ_i h_i g_i/(1 + 2 z g_i)`` for ``z`` in the closed
+    e^{shift} Π_i (1 + 2 z g_i)^{−1/2}`` (principal roots) and ``psum = Σ_i h_i g_i/(1 + 2 z g_i)`` for ``z`` in the closed
     upper half-plane, ``g_i > 0``. The product without a logarithm per factor: every factor has its argument in
     ``[0, π)``, so the argument ``θ`` of the running product grows by less than a half-turn per factor and its
     half-turns are counted by the sign changes of the product's imaginary part; then
     ``Π_i (…)^{−1/2} = |p|^{−1/2} e^{−iθ/2}`` with ``θ = arg p + (half-turns)·π`` (the sum of the factors' principal
     arguments, as ``exp(−½ Σ_i log(1 + 2 z g_i))`` has it; ~3× closer to an extended-precision reference than that
     sum, and ~5× faster). The product is rescaled every four factors once above 1e60 (a factor is at most ~1e27 on
-    the grid: ``|z| ≤ 230/Q``, ``Q ≥ 1e-24 Σ_i g_i``), its scale kept as a logarithm."""
+    the grid: ``|z| ≤ 230/Q``, ``Q ≥ 1e-24 Σ_i g_i``) or below 1e-60 (factors of modulus below 1 where
+    ``Re z < 0``: at d = 10 000 the product reaches 1e-560), its scale kept as a logarithm, which ``shift`` (the
+    caller's ``Re(Q z)``, whose exponential alone can underflow where the product's root overflows) joins before
+    the one exponential."""
     p = np.ones(z.shape, dtype=complex)
     psum[...] = 0.0
     turns = np.zeros(z.shape)
@@ -362,22 +369,25 @@ def _contour_factors_numpy(z: np.ndarray, g: np.ndarray, h: np.ndarray, base: np
         negative = now
         if n % 4 == 3:
             size = np.abs(p)
-            big = size > 1e60
+            big = (size > 1e60) | (size < 1e-60)   # factors below 1 in modulus (Re z < 0) shrink it
             if big.any():
                 log_scale[big] += np.log(size[big])
                 p[big] /= size[big]
     a = np.angle(p)   # in (−π, π]: θ − a is an even number of half-turns
     odd = turns % 2 == 1
     theta = a + np.where(odd, np.where(a > 0, turns - 1, turns + 1), turns) * math.pi
-    base[...] = np.exp(-0.5 * (np.log(np.abs(p)) + log_scale) - 0.5j * theta)
+    base[...] = np.exp(shift - 0.5 * (np.log(np.abs(p)) + log_scale) - 0.5j * theta)
 
 
-def contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(Π_i (1 + 2 z g_i)^{−1/2}, Σ_i h_i g_i/(1 + 2 z g_i))`` at every point of ``z`` (:func:`_contour_factors`)."""
+def contour_factors(z: np.ndarray, g: np.ndarray, h: np.ndarray,
+                    shift: "np.ndarray | None" = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(e^{shift} Π_i (1 + 2 z g_i)^{−1/2}, Σ_i h_i g_i/(1 + 2 z g_i))`` at every point of ``z``
+    (:func:`_contour_factors`; ``shift`` real, ``z``'s shape, 0 by default)."""
     base = np.empty(z.shape, dtype=complex)
     psum = np.empty(z.shape, dtype=complex)
+    shift = np.zeros(z.shape) if shift is None else np.ascontiguousarray(shift, dtype=float)
     _call("_contour_factors", z.shape[0] // 10, z, np.ascontiguousarray(g, dtype=float),
-          np.ascontiguousarray(h, dtype=float), base, psum)
+          np.ascontiguousarray(h, dtype=float), shift, base, psum)
     return base, psum
 
 
