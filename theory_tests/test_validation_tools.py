@@ -134,3 +134,18 @@ def test_target_driven_all_full_is_the_exact_flow_and_its_forms_differ_where_the
     assert {str(theory.modes[k]) for k in target.drivers} == {"z0*z1"}
     assert driving == {str(m) for m in theory.modes if set(m.support) <= {0, 1}} and "z0*z1" in driving
     assert len(driving) < len(theory.modes)
+
+
+@pytest.mark.parametrize("text, ok", [("14,15,16", (14, 15, 16)), ("9,12", (9, 12)), ("14,x", None), ("", None),
+                                      ("15,14", None), ("14", None), ("14,31", None), ("0,1", None)])
+def test_whole_residual_sobol_rungs_are_checked_before_any_flow_runs(text, ok):
+    """``whole_residual.py --sobol``: increasing exponents in [8, 20], at least a pair; anything else is refused by
+    the parser (a one-line error naming an example) instead of failing hours in, when the ladder reaches it."""
+    import argparse
+
+    wr = _load("whole_residual")
+    if ok is None:
+        with pytest.raises(argparse.ArgumentTypeError, match="e.g. 14,15,16"):
+            wr.sobol_rungs(text)
+    else:
+        assert wr.sobol_rungs(text) == ok

@@ -20,6 +20,7 @@ Run:  python docs/validation/whole_residual.py --suite standard|wide|wide2 [--ca
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -76,12 +77,14 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
         out["note"] = "no stored run reached t50"
         return out
     same = earlier_flow(case)
-    if same is not None:
+    # a flow kept with other Sobol' rungs than those asked for is run again (entries without rungs: |T| < 3, or run
+    # before the rungs were recorded)
+    if same is not None and (sobol is None or tuple(same[1].get("sobol", sobol)) == sobol):
         key, r = same
         for name, times in (("ratios", r["flow"]), ("ratios_T", r["flow_T"])):
             out[name] = [[times[0] / m50, times[1] / m10] for m50, m10 in seeds]
         out.update({k: r[k] for k in ("flow", "flow_T", "steps", "t_end", "monotone", "note", "seconds",
-                                      "integrator") if k in r})
+                                      "integrator", "sobol") if k in r})
         out["reused"] = key
         return out
     start = time.time()
@@ -90,13 +93,13 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
         flow = ReducedFlow.from_theory(theory, drive="whole")
         if sobol is not None and flow.tail_sobol:
             flow.tail_sobol = sobol
+        if flow.tail_sobol:
+            out["sobol"] = list(flow.tail_sobol)
         ts, fs, error = flow.run(stored_horizon(seeds), stop_loss=0.05, max_steps=5000, integrator=integrator)
     except MeanFieldError as exc:
         out.update(note=f"failed: {exc}", seconds=time.time() - start)
         return out
     out["integrator"] = flow.integrator
-    if flow.tail_sobol:
-        out["sobol"] = list(flow.tail_sobol)
     loss, loss_T = flow.loss(ts, fs), flow.loss_on_T(ts, fs)
     out["flow"] = [crossing(ts, loss, 0.5), crossing(ts, loss, 0.1)]
     out["flow_T"] = [crossing(ts, loss_T, 0.5), crossing(ts, loss_T, 0.1)]
@@ -127,6 +130,20 @@ def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tu
     return out
 
 
+def sobol_rungs(text: str) -> tuple[int, ...]:
+    """``--sobol``'s value: increasing exponents m of the Sobol' rungs' 2^m nodes, 8 ≤ m ≤ 20 (each rung's drive
+    holds three neurons × nodes arrays: ~3 GB at m = 15 with 4096 neurons, doubling per step)."""
+    try:
+        rungs = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers; e.g. 14,15,16") \
+            from None
+    if len(rungs) < 2 or any(not 8 <= m <= 20 for m in rungs) or any(b <= a for a, b in zip(rungs, rungs[1:])):
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least two increasing exponents between 8 and 20 "
+                                         "(the finest pair certifies the tail), e.g. 14,15,16")
+    return rungs
+
+
 def main() -> int:
     parser = suite_parser(__doc__.splitlines()[0], ("standard", "wide", "wide2"))
     parser.add_argument("--integrator", choices=("rk4", "rkc"), default=None,
@@ -135,7 +152,7 @@ def main() -> int:
     parser.add_argument("--rerun", action="store_true",
                         help="run again the picked cases kept without a target-basis ratio (the first round's) or "
                         "stopped by a tail the rules did not resolve")
-    parser.add_argument("--sobol", default=None,
+    parser.add_argument("--sobol", default=None, type=sobol_rungs,
                         help="comma-separated exponents of the Sobol' rungs for |T| ≥ 3 (default the package's "
                         "TAIL_SOBOL, 14,15; 16 takes ~7 GB with 4096 neurons)")
     parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
@@ -148,8 +165,7 @@ def main() -> int:
         if key in kept and not (args.rerun and "ratios" in kept[key] and (
                 "ratios_T" not in kept[key] or "not resolved" in kept[key].get("note", ""))):
             continue
-        r = score_case(args.suite, case, args.integrator,
-                       tuple(int(x) for x in args.sobol.split(",")) if args.sobol else None)
+        r = score_case(args.suite, case, args.integrator, args.sobol)
         with FileLock(str(args.json) + ".lock"):   # other processes may have kept cases of this suite meanwhile
             kept = json.loads(args.json.read_text()) if args.json.exists() else {}
             kept[key] = r
