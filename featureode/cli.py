@@ -58,11 +58,19 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 
     spec = Spectrum.power_law(args.dim, args.exponent, args.offset)
     tgt = parse_target(args.target, spec, normalize=not args.no_normalize)
-    rows = [{"mode": str(m), "index": {str(i): n for i, n in m.items}, "coefficient": float(v),
-             "exact": str(e), "latex": sp.latex(e)} for m, v, e in zip(tgt.modes, tgt.coefficients, tgt.exact)]
+    def finite(v: float) -> "float | None":   # beyond float64 (z0**500's E[z0^500] = 499!!): null; exact is given
+        return float(v) if math.isfinite(v) else None
+
+    def shown(v: float, exact: Any) -> str:
+        return f"{v:.16g}" if math.isfinite(v) else str(sp.N(exact, 16))
+
+    rows = [{"mode": str(m), "index": {str(i): n for i, n in m.items}, "coefficient": finite(v),
+             "exact": str(e), "latex": sp.latex(e), "shown": shown(v, e)}
+            for m, v, e in zip(tgt.modes, tgt.coefficients, tgt.exact)]
     if args.json:
         _print_json({"target": args.target, "dim": args.dim, "normalized": not args.no_normalize,
-                     "constant": tgt.constant, "modes": rows})
+                     "constant": finite(tgt.constant), "constant_exact": str(tgt.constant_exact),
+                     "modes": [{k: v for k, v in r.items() if k != "shown"} for r in rows]})
         return 0
     print(f"f*(x) = {args.target}   (d = {args.dim}, {spec.description})")
     print("normalised to unit variance (constant term reported separately)" if not args.no_normalize
@@ -71,9 +79,9 @@ def cmd_decompose(args: argparse.Namespace) -> int:
     print(f"{'mode':<{width}}  {'v_α':>22}  exact")
     for r in rows:
         exact = r["exact"] if len(r["exact"]) <= 60 else "(long closed form; see --json)"
-        print(f"{r['mode']:<{width}}  {r['coefficient']:>22.16g}  {exact}")
+        print(f"{r['mode']:<{width}}  {r['shown']:>22}  {exact}")
     if not args.no_normalize:
-        print(f"constant term (not a mode of the normalised target): {tgt.constant:.16g}")
+        print(f"constant term (not a mode of the normalised target): {shown(tgt.constant, tgt.constant_exact)}")
     return 0
 
 
