@@ -45,7 +45,8 @@ def cmd_hermite(args: argparse.Namespace) -> int:
           f"b = {args.bias}, s = {args.scale}; {how}")
     print(f"{'n':>3}  {'μ_n':>24}  exact")
     for n, c in enumerate(coeffs):
-        print(f"{n:>3}  {c.value:>24.16g}  {c.exact if c.exact is not None else '—'}")
+        exact = "—" if c.exact is None else str(c.exact)
+        print(f"{n:>3}  {c.value + 0.0:>24.16g}  {exact if len(exact) <= 80 else '(long closed form; see --json)'}")
     return 0
 
 
@@ -58,6 +59,7 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 
     spec = Spectrum.power_law(args.dim, args.exponent, args.offset)
     tgt = parse_target(args.target, spec, normalize=not args.no_normalize)
+
     def finite(v: float) -> "float | None":   # beyond float64 (z0**500's E[z0^500] = 499!!): null; exact is given
         return float(v) if math.isfinite(v) else None
 
