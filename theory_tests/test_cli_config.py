@@ -99,6 +99,9 @@ def test_decompose_reports_a_constant_beyond_double_precision_exactly(capsys):
 
 @pytest.mark.parametrize("argv, needle", [
     (["hermite", "relux", "--max-degree", "3"], "valid activations: relu, abs"),
+    (["hermite", "foo(u)", "--max-degree", "3"], "unknown function foo"),       # was a NameError traceback
+    (["hermite", "u**", "--max-degree", "3"], "'u**': invalid syntax; give a name"),   # was SymPy's two lines
+    (["hermite", "", "--max-degree", "3"], "'': empty; give a name"),
     (["decompose", "z0*z8", "--dim", "8"], "z8"),
     (["decompose", "z0 + foo", "--dim", "8"], "foo"),
     (["decompose", "z0", "--dim", "4", "--exponent", "-1"], "exponent"),

@@ -389,3 +389,11 @@ def test_numeric_decomposition_equals_sympy_random(terms: dict, power: int, stai
             parse_target(text, 4, normalize)
         return
     _assert_equal_to_sympy(parse_target(text, 4, normalize), want)
+
+
+@pytest.mark.parametrize("dim", [0, -3, True, 2.0, "4", None])
+def test_a_bad_dimension_is_named_before_the_expression_is_read(dim):
+    """d = 0 said 'z0 is out of range for d = 0 (z0 … z-1)'; a float or None failed on a missing attribute."""
+    with pytest.raises(TargetError, match=r"the dimension d = .* must be an integer ≥ 1"):
+        parse_target("z0", dim)
+    assert parse_target("z0*z1", np.int64(3)).dim == 3

@@ -17,7 +17,7 @@ from featureode.calculus.hermite import Mode
 from featureode.export.latex import expr_latex, system_latex, tex_text
 from featureode.kernel.second_order_mc import second_order_constants
 from featureode.ode.solve import solve_variant, system_inputs
-from featureode.ode.variants import Variant, closure_names
+from featureode.ode.variants import Variant, VariantError, closure_names
 
 G3 = np.array([0.25, 0.15, 0.1])
 
@@ -145,3 +145,12 @@ def test_parts_of_the_second_order_growth_sum_to_it_and_follow_the_closure():
     D, q = sol.get("D"), theory.gamma**2
     rho = (1 + q / 2 * (D**2) @ ex.V.T) ** 2 + q * (D**2) @ np.einsum("baa->ba", ex.U).T
     np.testing.assert_allclose(sol.lam / sol.lam[0], rho, rtol=1e-8)
+
+
+@pytest.mark.parametrize("kappa", [-1.0, float("nan"), float("inf"), "x", True])
+def test_a_bad_kappa_is_refused_where_the_variant_is_made(kappa):
+    """The AGOP constant as the config's [ode] kappa rule has it (finite, ≥ 0): a negative or NaN κ was accepted and
+    ignored by every closure but agop, which it would have made negative or NaN."""
+    with pytest.raises(VariantError, match="kappa = .* must be a finite number ≥ 0"):
+        Variant("agop", kappa=kappa)
+    assert Variant("agop", kappa=0.5).kappa == 0.5 and Variant("agop", kappa=2).kappa == 2.0

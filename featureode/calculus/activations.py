@@ -202,11 +202,21 @@ def from_expression(text: "str | sp.Expr", name: str | None = None, precision: i
         try:
             expr = sp.sympify(text, locals={"u": U, "x": U, "Phi": lambda t: _Phi(t)})
         except (sp.SympifyError, SyntaxError, TypeError, ValueError, AttributeError, NameError) as exc:
-            raise ActivationError(f"cannot parse activation expression {text!r}: {exc}") from None
+            why = "empty" if not text.strip() else \
+                "invalid syntax" if "SyntaxError" in str(exc) or isinstance(exc, SyntaxError) else \
+                " ".join(str(exc).split())   # one line
+            raise ActivationError(f"cannot parse activation expression {text!r}: {why}; give a name "
+                                  f"({', '.join(ACTIVATIONS.names())}) or an expression in u such as "
+                                  "'u*tanh(u)'") from None
     else:
         expr = sp.sympify(text).subs({sp.Symbol("u"): U, sp.Symbol("x"): U})
     if not isinstance(expr, sp.Expr):   # "O", "N", "S": SymPy names that are not expressions
         raise ActivationError(ACTIVATIONS.unknown_message(str(text)))
+    undefined = sorted({str(f.func) for f in expr.atoms(sp.core.function.AppliedUndef)})
+    if undefined:   # foo(u): SymPy keeps an undefined function, which nothing can evaluate
+        raise ActivationError(f"activation {str(text)!r}: unknown function{'s' if len(undefined) > 1 else ''} "
+                              f"{', '.join(undefined)}; use SymPy's (exp, log, tanh, erf, sin, Abs, Max, …) or "
+                              "Phi (the Gaussian CDF)")
     extra = expr.free_symbols - {U}
     if extra or not expr.has(U):
         raise ActivationError(ACTIVATIONS.unknown_message(str(text))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 import re
 import functools
 from dataclasses import dataclass, field
@@ -259,7 +260,17 @@ def parse_target(text: str, spectrum: "Spectrum | int", normalize: bool = True) 
     path does not decide (or a bad one) goes to SymPy, which gives the result or the one-line error. Only the
     coordinates the expression uses become symbols, so a low-order target decomposes in the same time at any ``d``.
     """
-    d = spectrum if isinstance(spectrum, int) else spectrum.dim
+    if isinstance(spectrum, Spectrum):
+        d = spectrum.dim
+    else:
+        try:
+            d = -1 if isinstance(spectrum, bool) else operator.index(spectrum)
+        except TypeError:
+            d = -1
+        if d < 1:
+            raise TargetError(f"target {text!r}: the dimension d = {spectrum!r} must be an integer ≥ 1 (give d or a "
+                              "Spectrum)")
+        spectrum = d
     check_target_text(text, d)
     from featureode.calculus import numeric_targets
 

@@ -220,6 +220,15 @@ class Variant:
                 raise VariantError(f"closure parameter {k!r} = {val!r} must be a finite number")
             checked[k] = x
         object.__setattr__(self, "params", checked)
+        if self.kappa is not None:   # as the config's [ode] kappa rule
+            try:
+                kappa = float(self.kappa)
+            except (TypeError, ValueError):
+                kappa = math.nan
+            if isinstance(self.kappa, bool) or not (math.isfinite(kappa) and kappa >= 0):
+                raise VariantError(f"kappa = {self.kappa!r} must be a finite number ≥ 0 (the AGOP constant κ; leave "
+                                   "it None to derive κ = γ² c_1/Λ_1²)")
+            object.__setattr__(self, "kappa", kappa)
         known = term_names() + [t.name for t in [self.closure_obj.term] if t is not None]
         for what, names in (("ablate", self.ablate), ("replace", list(self.replace))):
             bad = [n for n in names if n not in known]
