@@ -86,6 +86,7 @@ def test_name_template_and_its_errors(tmp_path):
     ('[sweep]\nseeds = []\n', r"seeds must be a non-empty list"),
     ('[sweep]\nseeds = [0, 0]\n', r"lists a seed twice"),
     ('[sweep]\nseed = [0]\n', r"unknown key 'seed' in \[sweep\]; did you mean 'seeds'"),
+    ('[sweep]\n"data.dim" = [4, 8]\n', r"'data.dim' in \[sweep\].*go in \[grid\] \(every combination\) or \[zip\]"),
     ('[grd]\n"data.dim" = [4]\n', r"unknown grid entry 'grd'; did you mean 'grid'"),
     ('[sweep]\nt_max_factor = -1\n', r"t_max_factor must be a positive number"),
 ])

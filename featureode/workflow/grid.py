@@ -305,7 +305,9 @@ def grid_from_dict(raw: dict[str, Any], source: str = "<grid>", base_dir: "str |
     sweep = raw.get("sweep", {})
     for k in sweep:
         if k not in SWEEP_KEYS:
-            raise GridError(f"{source}: unknown key {k!r} in [sweep]" + suggest(k, list(SWEEP_KEYS)))
+            where = (f"; a config key's values to sweep go in [grid] (every combination) or [zip] (side by side), "
+                     f"a fixed value in [set]" if k in CONFIG_KEYS else "")
+            raise GridError(f"{source}: unknown key {k!r} in [sweep]" + suggest(k, list(SWEEP_KEYS)) + where)
     seeds = sweep.get("seeds", [0])
     if (not isinstance(seeds, list) or not seeds
             or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds)):
