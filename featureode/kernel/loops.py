@@ -344,8 +344,8 @@ def _tilted_densities_numpy(base: np.ndarray, recip: np.ndarray, csum: np.ndarra
 def _contour_factors_numpy(z: np.ndarray, g: np.ndarray, h: np.ndarray, shift: np.ndarray, base: np.ndarray,
                            psum: np.ndarray) -> None:
     """The NumPy twin of :func:`_contour_factors` (every point at once, one direction at a time): ``base =
-    e^{shift} Π_i (1 + 2 z g_i)^{−1/2}`` (principal roots) and ``psum = Σ_i h_i g_i/(1 + 2 z g_i)`` for ``z`` in the closed
-    upper half-plane, ``g_i > 0``. The product without a logarithm per factor: every factor has its argument in
+    e^{shift} Π_i (1 + 2 z g_i)^{−1/2}`` (principal roots) and ``psum = Σ_i h_i g_i/(1 + 2 z g_i)`` for ``z`` in
+    the closed upper half-plane, ``g_i > 0``. The product without a logarithm per factor: every factor has its argument in
     ``[0, π)``, so the argument ``θ`` of the running product grows by less than a half-turn per factor and its
     half-turns are counted by the sign changes of the product's imaginary part; then
     ``Π_i (…)^{−1/2} = |p|^{−1/2} e^{−iθ/2}`` with ``θ = arg p + (half-turns)·π`` (the sum of the factors' principal
