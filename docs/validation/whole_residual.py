@@ -95,7 +95,15 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
             flow.tail_sobol = sobol
         if flow.tail_sobol:
             out["sobol"] = list(flow.tail_sobol)
-        ts, fs, error = flow.run(stored_horizon(seeds), stop_loss=0.05, max_steps=5000, integrator=integrator)
+        horizon, last = stored_horizon(seeds), [start]
+
+        def progress(t: float) -> None:   # a line every five minutes: these runs take up to hours
+            if time.time() - last[0] >= 300:
+                last[0] = time.time()
+                print(f"  {out['label']}: t = {t:.1f} of {horizon:.0f} after {(last[0] - start) / 60:.0f} min",
+                      file=sys.stderr, flush=True)
+
+        ts, fs, error = flow.run(horizon, stop_loss=0.05, max_steps=5000, integrator=integrator, progress=progress)
     except MeanFieldError as exc:
         out.update(note=f"failed: {exc}", seconds=time.time() - start)
         return out
