@@ -149,8 +149,8 @@ def test_parts_of_the_second_order_growth_sum_to_it_and_follow_the_closure():
 
 @pytest.mark.parametrize("kappa", [-1.0, float("nan"), float("inf"), "x", True])
 def test_a_bad_kappa_is_refused_where_the_variant_is_made(kappa):
-    """The AGOP constant as the config's [ode] kappa rule has it (finite, ≥ 0): a negative or NaN κ was accepted and
-    ignored by every closure but agop, which it would have made negative or NaN."""
+    """The AGOP constant as the config's [ode] kappa rule has it (finite, ≥ 0): a negative or NaN κ was accepted
+    silently by the Python API (ignored by every closure but agop, which reads it)."""
     with pytest.raises(VariantError, match="kappa = .* must be a finite number ≥ 0"):
         Variant("agop", kappa=kappa)
     assert Variant("agop", kappa=0.5).kappa == 0.5 and Variant("agop", kappa=2).kappa == 2.0
