@@ -177,6 +177,16 @@ def register_closure(name: str, r_expr: "str | sp.Expr", params: Mapping[str, fl
 # ----------------------------------------------------------------------------------------------------------------
 # variants
 # ----------------------------------------------------------------------------------------------------------------
+def _number(value: Any) -> float:
+    """``value`` as a float; NaN for what is not a number (``True`` included), so one finiteness test refuses it."""
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 @dataclass(frozen=True)
 class Variant:
     """One member of the ODE family: closure (a registered name or a :class:`Closure`) + options + ablations.
@@ -212,20 +222,14 @@ class Variant:
                                f"ablate={self.ablate!r}, replace={self.replace!r}, params={self.params!r}") from None
         checked = {}
         for k, val in params.items():
-            try:
-                x = float(val)
-            except (TypeError, ValueError):
-                x = math.nan
-            if isinstance(val, bool) or not math.isfinite(x):
+            x = _number(val)
+            if not math.isfinite(x):
                 raise VariantError(f"closure parameter {k!r} = {val!r} must be a finite number")
             checked[k] = x
         object.__setattr__(self, "params", checked)
         if self.kappa is not None:   # as the config's [ode] kappa rule
-            try:
-                kappa = float(self.kappa)
-            except (TypeError, ValueError):
-                kappa = math.nan
-            if isinstance(self.kappa, bool) or not (math.isfinite(kappa) and kappa >= 0):
+            kappa = _number(self.kappa)
+            if not (math.isfinite(kappa) and kappa >= 0):
                 raise VariantError(f"kappa = {self.kappa!r} must be a finite number ≥ 0 (the AGOP constant κ; leave "
                                    "it None to derive κ = γ² c_1/Λ_1²)")
             object.__setattr__(self, "kappa", kappa)
