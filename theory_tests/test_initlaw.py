@@ -199,6 +199,8 @@ def test_backend_choice_is_fixed_per_process_and_a_bad_override_is_refused(monke
     assert L.backend("_talbot_densities") == "numba"
 
 
+# the points beyond 1e300 (checked below to be left alone) overflow in the NumPy twin's exponential, as they should
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 @pytest.mark.parametrize("d", [3, 16, 64, 200, 10_000])
 def test_contour_factors_equal_the_log_sum_in_extended_precision(d, loops):
     # Π_i (1 + 2 z g_i)^{-1/2} by a running product with counted half-turns (loops.contour_factors) against the
@@ -254,3 +256,35 @@ def test_contour_sums_equal_the_direct_sums(loops):
     for q, (e, n) in enumerate(pairs):
         ref = sum(np.longdouble(gi) ** e / (1 + 2 * np.longdouble(gi) * zl) ** n for gi in g)
         np.testing.assert_allclose(got[q], ref.astype(complex), rtol=1e-13)
+
+
+def test_window_sums_against_fsum_and_alone_equal_batched(loops: str) -> None:
+    """:func:`~featureode.kernel.loops.window_sums` (the second-order growth's averages): each pair's sum of
+    ``P[row, r] · dense[offset + r − start]`` over its window against ``math.fsum`` of the same products; and each pair
+    summed alone equals it summed in the batch, bit for bit (its value depends on its own window only)."""
+    from featureode.kernel.loops import window_sums
+
+    rng = np.random.default_rng(5)
+    P = rng.standard_normal((7, 300))
+    windows = [(0, 300), (17, 18), (40, 251), (120, 121), (3, 99)]       # per window: [start, stop)
+    lens = [b - a for a, b in windows]
+    offsets = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    dense = rng.standard_normal(int(sum(lens)))
+    rows, cols = [], []
+    for w in range(len(windows)):
+        js = sorted(rng.choice(7, size=int(rng.integers(1, 5)), replace=False).tolist())
+        rows += js
+        cols += [w] * len(js)
+    row, col = np.array(rows, dtype=np.intp), np.array(cols, dtype=np.intp)
+    start = np.array([windows[c][0] for c in cols], dtype=np.intp)
+    stop = np.array([windows[c][1] for c in cols], dtype=np.intp)
+    offset = offsets[col].astype(np.intp)
+    got = window_sums(P, dense, row, col, start, stop, offset)
+    for p in range(row.size):
+        a, b, o = int(start[p]), int(stop[p]), int(offset[p])
+        want = math.fsum(float(P[row[p], r] * dense[o + r - a]) for r in range(a, b))
+        scale = math.fsum(abs(float(P[row[p], r] * dense[o + r - a])) for r in range(a, b))
+        assert abs(got[p] - want) <= 1e-14 * scale, (loops, p)
+        alone = window_sums(P, dense, row[p:p + 1], col[p:p + 1], start[p:p + 1], stop[p:p + 1], offset[p:p + 1])
+        assert alone[0] == got[p]
+    assert window_sums(P, dense, row[:0], col[:0], start[:0], stop[:0], offset[:0]).size == 0

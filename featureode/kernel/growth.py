@@ -42,6 +42,7 @@ from featureode.kernel.algebra import (
 )
 from featureode.kernel.averagers import _finite_means, _mean_table
 from featureode.kernel.initlaw import Gamma, QLaw
+from featureode.kernel.loops import window_sums
 from featureode.kernel.network import Network
 from featureode.kernel.perneuron import singular_power
 
@@ -559,9 +560,11 @@ class Averager:
         many = self.tilted.measures_many({gamma: [(ks, power) for _, ks, power in lst] for gamma, lst in tilted.items()})
         for gamma, lst in tilted.items():   # the laws of one γ share its contour products and cumulants
             on_grid.update((gid, law) for (gid, _, _), law in zip(lst, many[gamma]))
-        # every law on the grid as a row of W (points where the weight times the bound Q^{-e/2} of the integrand
-        # is below 1e-20 of its largest are dropped), every E_b[Π m_j] as a row of F: the average of (γ, K, J) is
-        # mass_{γK} (W F^T)_{γK, J}
+        # every law on the grid as its points (those where the weight times the bound Q^{-e/2} of the integrand is
+        # below 1e-20 of its largest are dropped), every E_b[Π m_j] on the rows they need: the average of (γ, K, J)
+        # is mass_{γK} Σ_points w E_b[Π_J m](Q_row). Each average that an entry uses is one sum over the window of
+        # rows its own law sets, so that its value does not depend on the other laws of the batch (a shared matrix
+        # product over the batch's window summed each point at a position that the batch set)
         laws = list(on_grid.values())
         rows = np.concatenate([law[2] for law in laws] or [np.zeros(0, dtype=np.intp)])
         weights = np.concatenate([law[1] for law in laws] or [np.zeros(0)])
@@ -572,11 +575,29 @@ class Averager:
         top = np.zeros(len(groups))
         np.maximum.at(top, which, bound)
         keep = bound > 1e-20 * top[which]
-        W = np.zeros((len(groups), hi - lo))
-        W[which[keep], rows[keep] - lo] = weights[keep]
+        order = np.argsort(which[keep], kind="stable")              # grouped by group
+        which, weights, rows = which[keep][order], weights[keep][order], rows[keep][order]
         mass = np.zeros(len(groups))
         mass[list(on_grid)] = [law[0] for law in laws]
-        vals = mass[:, None] * (W @ self.table.products(ms_list, np.arange(lo, hi)).T)
+        count = np.bincount(which, minlength=len(groups))
+        first = np.concatenate([[0], np.cumsum(count)[:-1]])        # each group's first point
+        P = self.table.products(ms_list, np.arange(lo, hi))
+        vals = np.zeros((len(groups), len(ms_list)))
+        # each group's law on its own rows [start, stop) (dropped points as zeros), laid end to end in `dense`
+        filled = count > 0
+        start, stop = np.zeros(len(groups), dtype=np.intp), np.zeros(len(groups), dtype=np.intp)
+        if rows.size:
+            start[filled] = np.minimum.reduceat(rows, first[filled])
+            stop[filled] = np.maximum.reduceat(rows, first[filled]) + 1
+        offset = np.concatenate([[0], np.cumsum(stop - start)[:-1]])
+        dense = np.zeros(int((stop - start).sum()))
+        dense[np.repeat(offset - start, count) + rows] = weights
+        used = np.zeros((len(groups), len(ms_list)), dtype=bool)   # the (group, J) the entries use
+        used[key_group[entry], key_ms[entry]] = True
+        used &= filled[:, None]
+        gid_of, j_of = np.nonzero(used)                             # group-major
+        vals[gid_of, j_of] = mass[gid_of] * window_sums(P, dense, j_of, gid_of, start[gid_of] - lo,
+                                                        stop[gid_of] - lo, offset[gid_of])
         for gid, (ms_mass, wq, Qg) in off_grid.items():
             for n in members(gid):
                 vals[gid, n] = ms_mass * float(np.sum(wq * self._F_at(ms_list[n], Qg)))

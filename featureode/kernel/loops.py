@@ -1,12 +1,12 @@
 """Compiled loops of the kernel layer: the Talbot contour factors and sums, and the Talbot densities of the laws of
 ``|ŵ|²`` (:mod:`featureode.kernel.initlaw`) and of the tilted laws of the second-order growth
-(:mod:`featureode.kernel.growth`), many γ per pass; and the bicubic B-spline surface that the mean-field flow reads
+(:mod:`featureode.kernel.growth`), many γ per pass; the window sums of that growth's averages; and the bicubic B-spline surface that the mean-field flow reads
 its tables of means from (:class:`featureode.ode.meanfield.MeanTable`).
 
 Two backends with one interface, chosen from :data:`BACKENDS`: each loop is plain Python written for numba
-(``_contour_factors``, ``_contour_sums``, ``_talbot_densities``, ``_tilted_densities``) with a NumPy twin of the
-same arguments (``_contour_factors_numpy``, ``_contour_sums_numpy``, ``_talbot_densities_numpy``,
-``_tilted_densities_numpy``; equal to round-off, tested against each other). A process keeps one backend per loop
+(``_contour_factors``, ``_contour_sums``, ``_talbot_densities``, ``_tilted_densities``, ``_window_sums``) with a
+NumPy twin of the same arguments (``_contour_factors_numpy``, ``_contour_sums_numpy``, ``_talbot_densities_numpy``,
+``_tilted_densities_numpy``, ``_window_sums_numpy``; equal to round-off, tested against each other). A process keeps one backend per loop
 for its whole life, chosen at the loop's first call, so that its numbers do not depend on how much work came
 before (cached and fresh computations stay bitwise equal): numba where its machine code is in numba's cache (a stamp
 in the featureode cache says so, written after its first compiled run) or where an earlier process asked for it,
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["talbot_densities", "tilted_densities", "contour_factors", "contour_sums", "bspline_surface", "bspline_rows",
-           "BACKENDS", "COMPILE_AFTER", "COMPILED_AT_ONCE", "backend"]
+__all__ = ["talbot_densities", "tilted_densities", "contour_factors", "contour_sums", "window_sums", "bspline_surface",
+           "bspline_rows", "BACKENDS", "COMPILE_AFTER", "COMPILED_AT_ONCE", "backend"]
 
 #: the backends of every loop
 BACKENDS = ("numba", "numpy")
@@ -519,6 +519,39 @@ def tilted_densities(base: np.ndarray, recip: np.ndarray, csum: np.ndarray, row0
     out = np.zeros((jreg.size, base.shape[0]))
     _call("_tilted_densities", jreg.size, base, recip, csum, row0, row1, fstart, fdim, fexp, qstart, qsum, qpow,
           qscale, qcoef, istart, iop, iarg, nreg, jstart, jreg, jlo, jhi, out)
+    return out
+
+
+def _window_sums(P: np.ndarray, dense: np.ndarray, row: np.ndarray, col: np.ndarray, start: np.ndarray,
+                 stop: np.ndarray, offset: np.ndarray, out: np.ndarray) -> None:
+    """``out[p] = Σ_{r ∈ [start_p, stop_p)} P[row_p, r] dense[offset_p + r − start_p]`` for each pair ``p``: the
+    averages of the second-order growth (:meth:`featureode.kernel.growth.Averager.evaluate`), each one sum over its
+    own law's window of rows, in row order (its value depends on that window alone, not on the batch)."""
+    for p in range(out.size):
+        j, a, o = row[p], start[p], offset[p] - start[p]
+        acc = 0.0
+        for r in range(a, stop[p]):
+            acc += P[j, r] * dense[o + r]
+        out[p] = acc
+
+
+def _window_sums_numpy(P: np.ndarray, dense: np.ndarray, row: np.ndarray, col: np.ndarray, start: np.ndarray,
+                       stop: np.ndarray, offset: np.ndarray, out: np.ndarray) -> None:
+    """The NumPy twin of :func:`_window_sums`: the pairs of one window at a time (consecutive pairs with the same
+    ``col`` share their window), each by NumPy's own loop (``einsum``, not BLAS: its order is fixed by the window)."""
+    cuts = np.flatnonzero(np.diff(col)) + 1
+    for first, last in zip(np.r_[0, cuts].tolist(), np.r_[cuts, out.size].tolist()):
+        a, b, o = int(start[first]), int(stop[first]), int(offset[first])
+        out[first:last] = np.einsum("jr,r->j", P[row[first:last], a:b], dense[o:o + b - a])
+
+
+def window_sums(P: np.ndarray, dense: np.ndarray, row: np.ndarray, col: np.ndarray, start: np.ndarray,
+                stop: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """The sums of :func:`_window_sums`, one per pair (``col``: the window of each pair, pairs of one window
+    consecutive)."""
+    out = np.zeros(row.size)
+    if row.size:
+        _call("_window_sums", int(np.count_nonzero(np.diff(col))) + 1, P, dense, row, col, start, stop, offset, out)
     return out
 
 
