@@ -8,6 +8,7 @@ import http.server
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -329,8 +330,38 @@ def test_api_edges_raise_the_package_errors():
         grid_from_dict([])
     with pytest.raises(ActivationError, match="activation must be a name"):
         get_activation(None)
-    with pytest.raises(SolveError, match="needs a Config"):
+    with pytest.raises(SolveError, match=r"solve_config needs a Config, got the str 'file.toml'; load the file "
+                                          r"first: solve_config\(featureode.load_config\('file.toml'\)\)"):
         solve_config("file.toml")
+
+
+def test_every_public_function_of_a_config_refuses_what_is_not_one(tmp_path):
+    """kernel_theory(None) was an AttributeError three frames down; each public function that takes a config now says
+    in one line what it got and how to make a Config, with its layer's error."""
+    from pathlib import Path
+
+    import featureode
+    from featureode.config import ConfigError
+    from featureode.export.report import ReportError
+    from featureode.kernel.network import KernelError
+    from featureode.ode.solve import SolveError
+    from featureode.sim.spec import MLPError
+
+    calls = {"kernel_theory": (featureode.kernel_theory, KernelError),
+             "kernel_report": (featureode.kernel_report, KernelError),
+             "simulate_config": (featureode.simulate_config, MLPError),
+             "compare_config": (lambda c: featureode.compare_config(c, tmp_path / "out"), ConfigError),
+             "derive_document": (featureode.derive_document, ConfigError),
+             "derive_fragment": (featureode.derive_fragment, ConfigError),
+             "solve_config": (featureode.solve_config, SolveError),
+             "build_report": (lambda c: featureode.build_report(c, None, None), ReportError)}
+    for name, (fn, error) in calls.items():
+        for bad, shown in ((None, "NoneType None"), ({"target": {"expr": "z0"}}, "dict {'target'"),
+                           (Path("run.toml"), "the PosixPath 'run.toml'")):
+            with pytest.raises(error, match=f"^{name} needs a Config, got {re.escape(shown)}") as info:
+                fn(bad)
+            assert "\n" not in str(info.value) and "load" in str(info.value)
+    assert not (tmp_path / "out").exists()
 
 
 def _package_error(exc: BaseException) -> bool:

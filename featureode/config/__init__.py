@@ -42,7 +42,12 @@ from featureode.config.rules import (  # noqa: F401  (re-exported)
     resolved_device,
     suggest,
 )
-from featureode.config.runconfig import Config, config_from_dict, plugins_from_dict  # noqa: F401  (re-exported)
+from featureode.config.runconfig import (  # noqa: F401  (re-exported)
+    Config,
+    config_from_dict,
+    plugins_from_dict,
+    require_config,
+)
 from featureode.config.sections import (  # noqa: F401  (re-exported)
     DEFAULT_LR_SCALE,
     MLP_SECTIONS,

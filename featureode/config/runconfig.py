@@ -100,6 +100,18 @@ class Config:
         return config_from_dict(raw, source=self.source)
 
 
+def require_config(cfg: object, who: str, error: type[Exception] = ConfigError) -> Config:
+    """``cfg`` itself when it is a :class:`Config`; else ``error`` with one line that names what came and the fix
+    (the public functions that take a config call it first, so ``None`` or a path is not an ``AttributeError``)."""
+    if isinstance(cfg, Config):
+        return cfg
+    if isinstance(cfg, (str, Path)):
+        raise error(f"{who} needs a Config, got the {type(cfg).__name__} {str(cfg)!r:.80}; load the file first: "
+                    f"{who}(featureode.load_config({str(cfg)!r:.60}))")
+    raise error(f"{who} needs a Config, got {type(cfg).__name__} {cfg!r:.60}; load a file with "
+                "featureode.load_config(path), or build one with featureode.config.config_from_dict(dict)")
+
+
 def plugins_from_dict(table: Any, where: str = "[plugins]",
                       base_dir: "str | Path | None" = None) -> PluginsConfig:
     """Check a ``[plugins]`` table (``paths`` made absolute against ``base_dir``) and import its modules and the

@@ -491,7 +491,9 @@ def derive_document(cfg: Config, theory: KernelTheory | None = None, labels: boo
     """A standalone LaTeX document for the config's ODE family (``theory``: a ``KernelTheory``; computed with
     ``featureode.kernel.theory.kernel_theory`` when ``None``; ``labels=False``: equations without the term
     names under braces)."""
-    o = cfg.ode
+    from featureode.config import require_config
+
+    o = require_config(cfg, "derive_document").ode
     if theory is None:
         from featureode.kernel import theory as kernel
         theory = kernel.kernel_theory(cfg, with_gram=o.basis == "extended")
@@ -544,7 +546,9 @@ def derive_fragment(cfg: Config, labels: bool = True) -> str:
     """``derive --fragment``: the equations of the config's ODE family alone (:func:`equations_latex`: a shared
     block and each variant's differences), to ``\\input`` into a paper; it needs ``\\usepackage{amsmath}`` only.
     No kernel quantity is computed (the constants are in the standalone document)."""
-    o = cfg.ode
+    from featureode.config import require_config
+
+    o = require_config(cfg, "derive_fragment").ode
     variants = variants_from_config(o, allow_replay=True)  # replay is measured, not an ODE: not typeset
     names = ", ".join(v.label for v in variants)
     head = [f"% featureode derive --fragment: the feature ODE of target {cfg.target.expr} (d = {cfg.data.dim}, "

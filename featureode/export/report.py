@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from featureode.core.errors import FeatureODEError
-from featureode.config import Config
+from featureode.config import Config, require_config
 from featureode.kernel.parametrization import parametrization_of
 from featureode.results.metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss
 from featureode.export.style import (  # noqa: F401  (variant_colours re-exported)
@@ -200,6 +200,7 @@ class Report:
 
 def build_report(cfg: Config, ode: ODEResult, mlp: Trajectory, wall_s: float | None = None) -> Report:
     """The :class:`Report` of the ODE variants ``ode`` against the simulation ``mlp`` of ``cfg``."""
+    cfg = require_config(cfg, "build_report", ReportError)
     summary = MLPSummary.of(mlp)
     variants: dict[str, VariantReport] = {}
     for name, tr in ode.variants.items():

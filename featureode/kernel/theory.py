@@ -343,6 +343,9 @@ def kernel_theory(cfg: Config, basis: str | None = None, with_gram: bool = False
     ``cfg.ode.basis``. ``target`` holds ``v_β`` on the chosen modes. ``network`` (a :class:`Network` of ``cfg``,
     e.g. from :meth:`Network.from_config`) and ``target`` (``cfg.target_obj()``) skip rebuilding them.
     """
+    from featureode.config import require_config
+
+    cfg = require_config(cfg, "kernel_theory", KernelError)
     basis = basis or cfg.ode.basis
     check_basis(basis, KernelError)
     if network is None or target is None:
@@ -459,8 +462,10 @@ def kernel_report(cfg: Config) -> dict[str, Any]:
     with more nodes), ``kappa``, ``activation``, ``bias_std``, ``dim``, ``seconds``, and ``lr_scale`` (the per-group
     learning rates the eigenvalues are weighted by) when they are not 1.
     """
+    from featureode.config import require_config
+
     t0 = time.perf_counter()
-    kt = kernel_theory(cfg, basis="target")
+    kt = kernel_theory(require_config(cfg, "kernel_report", KernelError), basis="target")
     net = kt.network
     assert net is not None  # kernel_theory always records its network
     rates = kt.parametrization.rates

@@ -423,11 +423,9 @@ def solve_config(cfg: "Config", out_dir: "str | Path | None" = None,
     as in :func:`solve_variant` (default: the numba integrator when cached, else the NumPy one). ``progress``: a
     bar on stderr for each mean-field variant (seconds to minutes; the closures take well under a second).
     """
-    from featureode.config import Config
+    from featureode.config import require_config
 
-    if not isinstance(cfg, Config):
-        raise SolveError(f"solve_config needs a Config, got {type(cfg).__name__} {cfg!r:.60}; load a file with "
-                         "featureode.config.load_config(path)")
+    cfg = require_config(cfg, "solve_config", SolveError)
     result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay, compile, progress)
     if out_dir is not None:
         result.save(out_dir)

@@ -73,7 +73,7 @@ import torch
 
 from featureode.core.provenance import provenance
 from featureode.calculus.hermite import Mode
-from featureode.config import Config
+from featureode.config import Config, require_config
 from featureode.results.trajectory import Trajectory
 from featureode.sim.batch import MeanFieldBatch, even_chunk
 from featureode.sim.measure import make_test_set
@@ -411,4 +411,5 @@ def simulate_config(cfg: Config, out_dir: "str | Path | None" = None, resume: bo
     ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``,
     ``joint_directions``, ``lambda_parts_estimator``; with ``spread``: ``lambda_second_moment`` and its stderr
     (see :func:`simulate_batch`)."""
+    cfg = require_config(cfg, "simulate_config", MLPError)
     return simulate_batch([cfg], out_dir, resume=resume, progress=progress, modes=modes, spread=spread)[0]

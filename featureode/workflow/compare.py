@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from featureode.workflow import runs
-from featureode.config import Config
+from featureode.config import Config, require_config
 from featureode.export.report import Report, build_report, figure_variants
 from featureode.export.style import figure_format, get_style
 from featureode.results.trajectory import ODEResult, Trajectory
@@ -37,6 +37,7 @@ def compare_config(cfg: Config, out: "str | Path", progress: bool = True,
     from featureode.ode.solve import solve_config
     from featureode.ode.variants import MEANFIELD_NAMES, REPLAY, variants_from_config
 
+    cfg = require_config(cfg, "compare_config")
     names = [v.label for v in variants_from_config(cfg.ode, allow_replay=True)]
     names += [n for n in cfg.ode.variants if n in MEANFIELD_NAMES and n not in (cfg.ode.custom or {})]
     with_replay = REPLAY in cfg.ode.variants
