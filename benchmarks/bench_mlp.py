@@ -29,7 +29,7 @@ import argparse
 import os
 import statistics
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -107,6 +107,8 @@ def matmul_floor(cfg, runs: int, chunk: int = CPU_CHUNK) -> Callable[[], None]:
     x = torch.randn(runs, chunk, d, generator=gen)
     xt = x.transpose(1, 2).contiguous()
     u, u0, gw = torch.empty(runs, n, chunk), torch.empty(runs, n, chunk), torch.empty(runs, n, d)
+    addmm: Any
+    mm: Any
     if runs == 1:
         w, w0, b, x, xt, u, u0, gw = (t[0] for t in (w, w0, b, x, xt, u, u0, gw))
         addmm, mm = torch.addmm, torch.mm

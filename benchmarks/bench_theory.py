@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Timing(tuple):
     def __new__(cls, wall: float, cpu: float) -> "Timing":
         return super().__new__(cls, (wall, cpu))
 
-    def __add__(self, other: "Timing") -> "Timing":
+    def __add__(self, other: "Timing") -> "Timing":  # type: ignore[override]  # a sum of timings, not a concatenation
         return Timing(self[0] + other[0], self[1] + other[1])
 
     def ms(self, digits: int = 1) -> str:
@@ -118,7 +119,7 @@ def profile_lines(cfg, n: int = 18) -> str:
 def bench_config(basis: str) -> dict:
     cfg = default_cfg(basis)
     theory = theory_of(cfg)
-    out = {"modes": len(theory.modes), "variants": [v.label for v in variants_from_config(cfg.ode)]}
+    out: dict[Any, object] = {"modes": len(theory.modes), "variants": [v.label for v in variants_from_config(cfg.ode)]}
     out["kernel"] = median_time(lambda: theory_of(cfg), 3 if basis == "extended" else 5)
     for method in ("rodas4", "LSODA"):
         solve_all(cfg, theory, method)

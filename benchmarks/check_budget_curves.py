@@ -17,6 +17,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -61,8 +62,10 @@ def compute(closures: list[str], kernel_only: bool = False) -> tuple[dict[str, n
                 out[f"{tag}/{cl}/failed"], kind[f"{tag}/{cl}/failed"] = np.array([1.0]), "curve"
                 print(f"  {tag} {cl}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
                 continue
-            for name, arr in (("t50", [np.nan if tr.t50 is None else tr.t50]),
-                              ("t10", [np.nan if tr.t10 is None else tr.t10]), ("loss", tr.loss), ("f", tr.f)):
+            curves: list[tuple[str, Any]] = [("t50", [np.nan if tr.t50 is None else tr.t50]),
+                                             ("t10", [np.nan if tr.t10 is None else tr.t10]), ("loss", tr.loss),
+                                             ("f", tr.f)]
+            for name, arr in curves:
                 out[f"{tag}/{cl}/{name}"], kind[f"{tag}/{cl}/{name}"] = np.asarray(arr, dtype=float), "curve"
         cpu += time.process_time() - t0
     return out, kind, cpu
@@ -81,7 +84,7 @@ def main() -> int:
     vals, kind, cpu = compute(list(closure_names()), args.kernel_only)
     print(f"CPU {cpu:.2f} s for {len(CASES)} configs")
     if args.save:
-        np.savez(args.save, **vals)
+        np.savez(args.save, **vals)  # type: ignore[arg-type]  # numpy's stub types savez(**kwds) as its flag
         print(f"saved {len(vals)} arrays to {args.save}")
         return 0
     ref = np.load(args.compare)

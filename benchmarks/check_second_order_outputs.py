@@ -61,7 +61,7 @@ def main() -> int:
     vals, cpu = compute(args.acts, args.dims)
     print(f"CPU {cpu:.2f} s for {len(args.acts) * len(args.dims) * 2} runs")
     if args.save:
-        np.savez(args.save, **vals)
+        np.savez(args.save, **vals)  # type: ignore[arg-type]  # numpy's stub types savez(**kwds) as its flag
         print(f"saved {len(vals)} arrays to {args.save}")
         return 0
     ref = np.load(args.compare)

@@ -63,7 +63,7 @@ def stored_runs(suite: str, target: str, d: int, expo: float, off: float, gamma:
     """``(seed, t50, t10)`` of each stored MLP training of a case (NaN where the network's loss never crossed).
     A case trained again to a longer horizon (``longer_training.py``, :data:`LONGER_FILE`) is read from there."""
     def rows(path: Path) -> list[tuple[int, float, float]]:
-        out = []
+        out: list[tuple[int, float, float]] = []
         if not path.exists():
             return out
         with open(path) as fh:
@@ -79,6 +79,12 @@ def stored_runs(suite: str, target: str, d: int, expo: float, off: float, gamma:
 
     longer = {seed: (seed, t50, t10) for seed, t50, t10 in rows(LONGER_FILE)}   # a seed trained again: its last row
     return sorted(longer.values()) or rows(MLP_FILES[suite])
+
+
+def case_runs(suite: str, case: tuple) -> list[tuple[int, float, float]]:
+    """:func:`stored_runs` of a suite case ``(suite, act, target, d, expo, off, gamma, sb, width)`` (:func:`multidriver_oracle.suite_cases`)."""
+    target, d, expo, off, gamma, sb, width = case[2:9]
+    return stored_runs(suite, target, d, expo, off, gamma, sb, width, act=case[1])
 
 
 def mlp_times(suite: str, target: str, d: int, expo: float, off: float, gamma: float, sb: float, width: int,

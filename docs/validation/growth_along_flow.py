@@ -25,7 +25,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -66,7 +66,7 @@ def along(flow: Flow, v: np.ndarray, times: list[float], h_max: float = 2.0, c: 
 LAWS = ("rational", "second_order", "resummed")
 
 
-def law_evaluators(theory) -> dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
+def law_evaluators(theory: Any) -> dict[str, Callable[..., np.ndarray]]:
     """Per law of :data:`LAWS`, ``(f, D) ↦ ρ_β``: the package's own generated ``observe`` of that variant's system on
     the extended basis (its inputs from :func:`featureode.ode.solve.system_inputs`: the exact constants, driven by the
     target's modes, as the ODE has them), divided by ``λ_β(0)``; ``inf`` where the law overflows."""
@@ -76,7 +76,7 @@ def law_evaluators(theory) -> dict[str, Callable[[np.ndarray, np.ndarray], np.nd
         inputs, system = system_inputs(theory, Variant(name), "exact", "extended")
         observe = compile_system(system, "numpy").observe
 
-        def rho(f: np.ndarray, D: np.ndarray, observe=observe, inputs=inputs) -> np.ndarray:
+        def rho(f: np.ndarray, D: np.ndarray, observe: Any = observe, inputs: Any = inputs) -> np.ndarray:
             with np.errstate(all="ignore"):
                 lam = np.asarray(observe(np.concatenate([f, D]), *inputs)[2], float) / lam0
             return np.where(np.isfinite(lam), lam, np.inf)

@@ -25,7 +25,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from escape_oracle import stored_runs  # noqa: E402
+from escape_oracle import case_runs  # noqa: E402
 from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, stored_horizon,  # noqa: E402
                                 suite_parser, write_report)
 from featureode.kernel.theory import kernel_theory  # noqa: E402
@@ -41,11 +41,12 @@ def times(flow: ReducedFlow, t_max: float) -> tuple[float, float]:
 
 def main() -> int:
     args = suite_parser(__doc__.splitlines()[0]).parse_args()
-    rows, scores = [], {"own init draw": [], "meanfield (infinite width)": []}
+    rows: list[list[str]] = []
+    scores: dict[str, list] = {"own init draw": [], "meanfield (infinite width)": []}
     start = time.time()
     for i, case in picked_cases(args):
         label = case_label(*case)
-        seeds = {seed: (t50, t10) for seed, t50, t10 in stored_runs(args.suite, *case[2:], act=case[1])}
+        seeds = {seed: (t50, t10) for seed, t50, t10 in case_runs(args.suite, case)}
         if not seeds or not any(math.isfinite(t50) for t50, _ in seeds.values()):
             print(f"{label}: skipped (no stored run reached t50)", file=sys.stderr, flush=True)
             continue

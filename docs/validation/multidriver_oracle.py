@@ -340,7 +340,7 @@ def write_report(head: list[str], rows: list[list[str]], md: "Path | None", scor
     one length), the counts within ±10% / ±20% on both; also write it to ``md`` when given."""
     text = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     n = len(next(iter(scores.values()))) if scores else 0
-    if n:
+    if scores and n:
         text += ["", f"Cases where {counted}: {n}. Within ±10% / ±20% on both t50 and t10:"]
         for name, pairs in scores.items():
             text.append(f"- {name}: {sum(within(x, 0.1) for x in pairs)}/{n} / {sum(within(x, 0.2) for x in pairs)}/{n}")
@@ -371,7 +371,8 @@ def main() -> int:
                 f"{args.s_max:g}")
     MeanTable.span(args.b_max, args.s_max)
     start = time.time()
-    rows, scores = [], {"oracle": [], "rational": []}
+    rows: list[list[str]] = []
+    scores: dict[str, list] = {"oracle": [], "rational": []}
     cases = suite_cases(args.suite) if args.suite else CASES
     picked = [cases[int(i)] for i in args.cases.split(",")] if args.cases else cases
     flows: dict[tuple, tuple] = {}    # the oracle does not depend on the width: one run per width-free config

@@ -45,11 +45,18 @@ from featureode.results.metrics import crossing_time  # noqa: E402
 from featureode.sim.mlp import simulate_config  # noqa: E402
 
 #: name -> ([target], [network], t_max)
-CASES = {"z0*z1": ({"expr": "z0*z1"}, {}, 100.0),
+CASES: dict[str, tuple[dict, dict, float]] = {"z0*z1": ({"expr": "z0*z1"}, {}, 100.0),
          "z0*z1, γ = 1": ({"expr": "z0*z1"}, {"richness": 1.0}, 70.0)}
 #: name -> [training] changes
-STEPS = {"η, B = 2048 (default)": {}, "η/4": {"eta_safety": 0.125}, "B = 8192": {"batch": 8192},
+STEPS: dict[str, dict[str, float]] = {"η, B = 2048 (default)": {}, "η/4": {"eta_safety": 0.125}, "B = 8192": {"batch": 8192},
          "η/4, B = 8192": {"eta_safety": 0.125, "batch": 8192}}
+
+
+def relative(loss: "np.ndarray | None") -> np.ndarray:
+    """A trajectory's in-support loss over its value at t = 0 (every trajectory here records it)."""
+    if loss is None:
+        raise SystemExit("the trajectory has no in-support loss")
+    return np.asarray(loss) / float(loss[0])
 
 
 def part_step(seeds: list[int]) -> list[dict]:
@@ -61,7 +68,7 @@ def part_step(seeds: list[int]) -> list[dict]:
                                         training={"t_max": t_max, "n_points": 60, "seed": seed, **change})
             t0 = time.time()
             tr = simulate_config(cfg, progress=False)
-            support = np.asarray(tr.in_support_loss) / float(tr.in_support_loss[0])
+            support = relative(tr.in_support_loss)
             rows.append({"setting": name, "seed": seed, "t50": tr.t50, "t10": tr.t10,
                          "support_t10": crossing_time(np.asarray(tr.t), support, 0.1),
                          "steps": int(np.asarray(tr.arrays["steps"])[-1]), "wall_s": round(time.time() - t0, 1)})
@@ -84,7 +91,7 @@ def part_basis(seeds: list[int], n_test: int) -> list[dict]:
                 raise AssertionError(f"measured {f.shape[1]} modes, asked for {len(modes)}")
             ext = np.sum((v - f) ** 2, axis=1) / float(np.sum(v ** 2))
             full = np.asarray(tr.loss) / float(tr.loss[0])
-            support = np.asarray(tr.in_support_loss) / float(tr.in_support_loss[0])
+            support = relative(tr.in_support_loss)
             row = {"case": name, "seed": seed, "modes": len(modes), "n_test": n_test, "t50": tr.t50, "t10": tr.t10,
                    "ext_t10": crossing_time(t, ext, 0.1), "support_t10": crossing_time(t, support, 0.1),
                    "wall_s": round(time.time() - t0, 1)}
@@ -93,7 +100,7 @@ def part_basis(seeds: list[int], n_test: int) -> list[dict]:
                 row["ext_at_t10"], row["outside_at_t10"] = float(ext[k]), float(full[k] - ext[k])
             for variant in ("rational", "second_order"):
                 ode = solve_variant(theory, variant)
-                ode_support = np.asarray(ode.in_support_loss) / float(ode.in_support_loss[0])
+                ode_support = relative(ode.in_support_loss)
                 row[f"{variant}_t10"] = ode.t10
                 row[f"{variant}_support_t10"] = crossing_time(np.asarray(ode.t), ode_support, 0.1)
             rows.append(row)

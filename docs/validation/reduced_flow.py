@@ -42,7 +42,8 @@ def main() -> int:
     args = p.parse_args()
     if not 4 <= args.m <= 20:
         p.error(f"--m must be in 4..20 (2^m init neurons), got {args.m}")
-    rows, scores = [], {"reduced flow": [], "rational": []}
+    rows: list[list[str]] = []
+    scores: dict[str, list] = {"reduced flow": [], "rational": []}
     start = time.time()
     for i, case in picked_cases(args):
         suite, act, target, d, expo, off, gamma, sb, width = case

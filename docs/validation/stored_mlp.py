@@ -65,7 +65,7 @@ def standard(summary: Path) -> pd.DataFrame:
         for metric in ("t50", "t10"):
             # the first unchanged variant whose ODE crossed and whose stored ratio is known, seed by seed (the lazy
             # ODE may not reach t10 within the horizon where the MLP does)
-            mlp = [None] * len(case["seeds"])
+            mlp: list[float | None] = [None] * len(case["seeds"])
             for name, traj in solved.items():
                 t_ode = getattr(traj, metric)
                 ratios = case["variants"][name][f"{metric}_ratio"]["values"]

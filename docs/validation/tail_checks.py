@@ -19,7 +19,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from escape_oracle import stored_runs  # noqa: E402
+from escape_oracle import case_runs  # noqa: E402
 from multidriver_oracle import case_config, crossing, suite_cases  # noqa: E402
 from featureode.calculus.hermite import Mode  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
@@ -28,7 +28,7 @@ from featureode.ode.meanfield import ReducedFlow  # noqa: E402
 BASE, H2 = 0, 10   # the wide suite's cases z0*z1 and h2(z0)*z1
 
 
-def setup(i: int) -> tuple:
+def setup(i: int) -> tuple[tuple, tuple[float, float, str], np.ndarray, list, np.ndarray]:
     case = suite_cases("wide")[i]
     theory = kernel_theory(case_config(case), with_gram=True)
     g, modes, v = np.asarray(theory.g, float), list(theory.modes), np.asarray(theory.target, float)
@@ -80,7 +80,7 @@ def main() -> int:
             print(f"2^{m} neurons, t = 339: tail {flow.tail_loss(state):.4f}")
     else:
         case, rest, g, modes, v = setup(H2)
-        seeds = [(m50, m10) for _, m50, m10 in stored_runs("wide", *case[2:], act=case[1])]
+        seeds = [(m50, m10) for _, m50, m10 in case_runs("wide", case)]
         m50, m10 = (float(np.mean(x)) for x in zip(*seeds))
         every = modes + [m for m in modes_in_T(sorted({i for m, x in zip(modes, v) if x for i in m.support}), 8)
                          if m not in modes]

@@ -26,7 +26,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from escape_oracle import stored_runs  # noqa: E402
+from escape_oracle import case_runs  # noqa: E402
 from multidriver_oracle import case_config, case_label, crossing, suite_cases  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import ReducedFlow, _tail_rule  # noqa: E402
@@ -60,7 +60,7 @@ def main() -> int:
     p.add_argument("--h-max", type=float, default=2.0)
     args = p.parse_args()
     case = suite_cases("wide")[args.case]
-    seeds = [(m50, m10) for _, m50, m10 in stored_runs("wide", *case[2:], act=case[1])]
+    seeds = [(m50, m10) for _, m50, m10 in case_runs("wide", case)]
     m50, m10 = (float(np.mean(x)) for x in zip(*seeds))
     theory = kernel_theory(case_config(case), with_gram=True)
     start = time.time()

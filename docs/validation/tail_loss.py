@@ -24,7 +24,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from escape_oracle import stored_runs  # noqa: E402
+from escape_oracle import case_runs  # noqa: E402
 from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, stored_horizon,  # noqa: E402
                                 suite_parser, write_report)
 from featureode.kernel.theory import kernel_theory  # noqa: E402
@@ -33,10 +33,11 @@ from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 
 def main() -> int:
     args = suite_parser(__doc__.splitlines()[0]).parse_args()
-    rows, scores = [], {"`meanfield`": [], "`meanfield+tail`": []}
+    rows: list[list[str]] = []
+    scores: dict[str, list] = {"`meanfield`": [], "`meanfield+tail`": []}
     for i, case in picked_cases(args):
         label = case_label(*case)
-        seeds = [(m50, m10) for _, m50, m10 in stored_runs(args.suite, *case[2:], act=case[1])]
+        seeds = [(m50, m10) for _, m50, m10 in case_runs(args.suite, case)]
         if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
             print(f"{label}: skipped (no stored run reached t50)", file=sys.stderr, flush=True)
             continue
@@ -68,8 +69,8 @@ def main() -> int:
         if all(math.isfinite(m10) for _, m10 in seeds):
             for name in scores:
                 scores[name].append(ratios[name])
-        mean50 = np.nanmean([m50 for m50, _ in seeds])
-        mean10 = np.nanmean([m10 for _, m10 in seeds]) if any(math.isfinite(m10) for _, m10 in seeds) else math.nan
+        mean50 = float(np.nanmean([m50 for m50, _ in seeds]))
+        mean10 = float(np.nanmean([m10 for _, m10 in seeds])) if any(math.isfinite(m10) for _, m10 in seeds) else math.nan
         rows.append([f"{i}: {label}", f"{fmt(mean50)} / {fmt(mean10)}",
                      " / ".join(fmt(x) for x in ratios["`meanfield`"]),
                      " / ".join(fmt(x) for x in ratios["`meanfield+tail`"]),

@@ -33,7 +33,7 @@ from filelock import FileLock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from escape_oracle import stored_runs  # noqa: E402
+from escape_oracle import case_runs  # noqa: E402
 from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, seed_mean,  # noqa: E402
                                 stored_horizon, suite_parser, write_report)
 from featureode.core.cache import atomic_bytes  # noqa: E402
@@ -48,7 +48,7 @@ def stored(suite: str, case: tuple) -> list[tuple[float, float]]:
     table (``mlp_crossings_standard.csv``) names only the columns its grid varies (target, d, γ); the others are
     the suite's fixed values, which ``case`` holds."""
     if suite != "standard":
-        return [(m50, m10) for _, m50, m10 in stored_runs(suite, *case[2:], act=case[1])]
+        return [(m50, m10) for _, m50, m10 in case_runs(suite, case)]
     _, _, target, d, _, _, gamma, _, _ = case
     with open(HERE / "mlp_crossings_standard.csv") as fh:
         return [(float(row["mlp_t50"] or "nan"), float(row["mlp_t10"] or "nan")) for row in csv.DictReader(fh)
@@ -122,7 +122,7 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
     return out
 
 
-def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tuple[tuple[float, float], ...]]:
+def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tuple[tuple[float, float], tuple[float, float]]]:
     """The seed-mean ``(t50, t10)`` ratios of ``meanfield`` and ``meanfield+tail`` per case of ``suite``, read from
     the per-case tables of ``tail_loss.md`` (the same stored runs, scored the same way)."""
     def pair(cell: str) -> tuple[float, float]:

@@ -146,7 +146,7 @@ def spread_residual(form: str, Lam: np.ndarray, Sig: np.ndarray, LamL: np.ndarra
 
 def replay(mlp: Trajectory, *, basis: str = "target", n_points: int = 200, rtol: float = 1e-8,
            atol: float = 1e-10, name: str = "replay", source: str = "", spread: str | None = None,
-           relative_variance: "Sequence[float] | None" = None) -> Trajectory:
+           relative_variance: "Sequence[float] | np.ndarray | None" = None) -> Trajectory:
     """The kernel flow driven by the measurements of ``mlp`` (a simulation's :class:`Trajectory`): its ``lam``
     (target basis) or its ``gram`` array (extended basis), on ``mlp.modes`` with target ``mlp.target``; output
     at the measurement times plus ``n_points`` log-spaced times. ``spread`` (target basis): one of
