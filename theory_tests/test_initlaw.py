@@ -260,8 +260,9 @@ def test_contour_sums_equal_the_direct_sums(loops):
 
 def test_window_sums_against_fsum_and_alone_equal_batched(loops: str) -> None:
     """:func:`~featureode.kernel.loops.window_sums` (the second-order growth's averages): each pair's sum of
-    ``P[row, r] · dense[offset + r − start]`` over its window against ``math.fsum`` of the same products; and each pair
-    summed alone equals it summed in the batch, bit for bit (its value depends on its own window only)."""
+    ``P[row, r] · dense[offset + r − start]`` over its window against ``math.fsum`` of the same products; each pair
+    summed alone equals it summed in the batch, and the same window with a zero weight in front of it (a law that
+    kept one more row) gives the same sum, bit for bit; the numba loop and its NumPy twin agree bit for bit."""
     from featureode.kernel.loops import window_sums
 
     rng = np.random.default_rng(5)
@@ -287,4 +288,16 @@ def test_window_sums_against_fsum_and_alone_equal_batched(loops: str) -> None:
         assert abs(got[p] - want) <= 1e-14 * scale, (loops, p)
         alone = window_sums(P, dense, row[p:p + 1], col[p:p + 1], start[p:p + 1], stop[p:p + 1], offset[p:p + 1])
         assert alone[0] == got[p]
+        if a > 0:   # the window one row earlier, that row's weight 0
+            padded = np.concatenate([[0.0], dense[o:o + b - a]])
+            one = np.array([0], dtype=np.intp)
+            pad = window_sums(P, padded, row[p:p + 1], one, np.array([a - 1], dtype=np.intp),
+                              np.array([b], dtype=np.intp), one)
+            assert pad[0] == got[p], (loops, p)
+    from featureode.kernel import loops as L
+
+    twin, compiled = np.zeros(row.size), np.zeros(row.size)
+    L._window_sums_numpy(P, dense, row, col, start, stop, offset, twin)
+    L._compiled("_window_sums")(P, dense, row, col, start, stop, offset, compiled)
+    assert np.array_equal(twin, compiled)
     assert window_sums(P, dense, row[:0], col[:0], start[:0], stop[:0], offset[:0]).size == 0

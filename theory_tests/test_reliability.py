@@ -331,7 +331,7 @@ def test_api_edges_raise_the_package_errors():
     with pytest.raises(ActivationError, match="activation must be a name"):
         get_activation(None)
     with pytest.raises(SolveError, match=r"solve_config needs a Config, got the str 'file.toml'; load the file "
-                                          r"first: solve_config\(featureode.load_config\('file.toml'\)\)"):
+                                          r"first and pass what featureode.load_config\(path\) returns"):
         solve_config("file.toml")
 
 
@@ -357,7 +357,8 @@ def test_every_public_function_of_a_config_refuses_what_is_not_one(tmp_path):
              "build_report": (lambda c: featureode.build_report(c, None, None), ReportError)}
     for name, (fn, error) in calls.items():
         for bad, shown in ((None, "NoneType None"), ({"target": {"expr": "z0"}}, "dict {'target'"),
-                           (Path("run.toml"), "the PosixPath 'run.toml'")):
+                           (Path("run.toml"), f"the {type(Path('run.toml')).__name__} 'run.toml'"),
+                           (np.zeros((3, 3)), "ndarray array([[0., 0., 0.], [0., 0., 0.],")):
             with pytest.raises(error, match=f"^{name} needs a Config, got {re.escape(shown)}") as info:
                 fn(bad)
             assert "\n" not in str(info.value) and "load" in str(info.value)

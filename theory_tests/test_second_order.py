@@ -202,11 +202,12 @@ def test_the_parts_U_and_V_agree_with_the_per_neuron_gradient_of_an_rk4_flow():
 
 @pytest.mark.parametrize("loops", ["numba", "numpy"])
 def test_constants_do_not_depend_on_what_was_computed_before(loops, monkeypatch):
-    """The growth's averages are each summed over their own law's points (``GrowthAverager.evaluate``): the constants
-    of one mode set are bitwise the same fresh and after histories that fill the shared caches with other mode sets
-    (more singular products, other γ laws, a wider window of rows), on both backends of the kernel's loops. A guard:
-    the gathered matrix product this replaced passed it on this machine's BLAS too, but nothing there promised a
-    sum independent of the batch's window."""
+    """The growth's averages are each one sum over their own law's window of rows (``Averager.evaluate``,
+    ``loops.window_sums``): the constants of one mode set are bitwise the same fresh and after histories that fill
+    the shared caches with other mode sets, on both backends of the kernel's loops. ReLU with σ_b > 0, so that the
+    histories' h3/h4 modes (singular at |ŵ| → 0) extend the cached laws of |ŵ|² below the rows this set needs. A
+    guard: the gathered matrix product this replaced passed it on this machine's BLAS too, but nothing there
+    promised a sum independent of the batch's window."""
     monkeypatch.setenv("FEATUREODE_KERNEL_LOOPS", loops)
     from featureode.kernel import second_order as so_mod
     from featureode.kernel.theory import clear_caches
@@ -218,8 +219,8 @@ def test_constants_do_not_depend_on_what_was_computed_before(loops, monkeypatch)
         clear_caches()
         so_mod._cached.cache_clear()
         for ms in history:
-            network_second_order(Network.build("erf", g, 0.5), [Mode.parse(m) for m in ms], [0])
-        return network_second_order(Network.build("erf", g, 0.5), modes, [0])
+            network_second_order(Network.build("relu", g, 0.5), [Mode.parse(m) for m in ms], [0])
+        return network_second_order(Network.build("relu", g, 0.5), modes, [0])
 
     want = fresh([])
     for history in ([("h4(z0)", "z0*z1*z2")], [("z1", "h3(z2)"), ("z0*z2", "h2(z0)*z1")]):

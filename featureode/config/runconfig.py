@@ -106,10 +106,16 @@ def require_config(cfg: object, who: str, error: type[Exception] = ConfigError) 
     if isinstance(cfg, Config):
         return cfg
     if isinstance(cfg, (str, Path)):
-        raise error(f"{who} needs a Config, got the {type(cfg).__name__} {str(cfg)!r:.80}; load the file first: "
-                    f"{who}(featureode.load_config({str(cfg)!r:.60}))")
-    raise error(f"{who} needs a Config, got {type(cfg).__name__} {cfg!r:.60}; load a file with "
+        raise error(f"{who} needs a Config, got the {type(cfg).__name__} {_short(str(cfg))!r}; load the file "
+                    f"first and pass what featureode.load_config(path) returns")
+    raise error(f"{who} needs a Config, got {type(cfg).__name__} {_short(repr(cfg))}; load a file with "
                 "featureode.load_config(path), or build one with featureode.config.config_from_dict(dict)")
+
+
+def _short(text: str, n: int = 60) -> str:
+    """``text`` on one line, cut to ``n`` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 def plugins_from_dict(table: Any, where: str = "[plugins]",

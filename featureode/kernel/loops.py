@@ -538,11 +538,13 @@ def _window_sums(P: np.ndarray, dense: np.ndarray, row: np.ndarray, col: np.ndar
 def _window_sums_numpy(P: np.ndarray, dense: np.ndarray, row: np.ndarray, col: np.ndarray, start: np.ndarray,
                        stop: np.ndarray, offset: np.ndarray, out: np.ndarray) -> None:
     """The NumPy twin of :func:`_window_sums`: the pairs of one window at a time (consecutive pairs with the same
-    ``col`` share their window), each by NumPy's own loop (``einsum``, not BLAS: its order is fixed by the window)."""
+    ``col`` share their window), each summed in row order like the numba loop (a running sum, ``np.cumsum``, so
+    bitwise equal to it: a sum with SIMD lanes, as ``einsum``'s, would depend on where the window starts)."""
     cuts = np.flatnonzero(np.diff(col)) + 1
     for first, last in zip(np.r_[0, cuts].tolist(), np.r_[cuts, out.size].tolist()):
         a, b, o = int(start[first]), int(stop[first]), int(offset[first])
-        out[first:last] = np.einsum("jr,r->j", P[row[first:last], a:b], dense[o:o + b - a])
+        if b > a:
+            out[first:last] = np.cumsum(P[row[first:last], a:b] * dense[o:o + b - a], axis=1)[:, -1]
 
 
 def window_sums(P: np.ndarray, dense: np.ndarray, row: np.ndarray, col: np.ndarray, start: np.ndarray,
