@@ -1,19 +1,19 @@
 """Compiled loops of the kernel layer: the Talbot contour factors and sums, and the Talbot densities of the laws of
 ``|ŵ|²`` (:mod:`featureode.kernel.initlaw`) and of the tilted laws of the second-order growth
-(:mod:`featureode.kernel.growth`), many γ per pass; the window sums of that growth's averages; and the bicubic B-spline surface that the mean-field flow reads
-its tables of means from (:class:`featureode.ode.meanfield.MeanTable`).
+(:mod:`featureode.kernel.growth`), many γ per pass; the window sums of that growth's averages; and the bicubic
+B-spline surface that the mean-field flow reads its tables of means from (:class:`featureode.ode.meanfield.MeanTable`).
 
 Two backends with one interface, chosen from :data:`BACKENDS`: each loop is plain Python written for numba
 (``_contour_factors``, ``_contour_sums``, ``_talbot_densities``, ``_tilted_densities``, ``_window_sums``) with a
 NumPy twin of the same arguments (``_contour_factors_numpy``, ``_contour_sums_numpy``, ``_talbot_densities_numpy``,
-``_tilted_densities_numpy``, ``_window_sums_numpy``; equal to round-off, tested against each other). A process keeps one backend per loop
-for its whole life, chosen at the loop's first call, so that its numbers do not depend on how much work came
-before (cached and fresh computations stay bitwise equal): numba where its machine code is in numba's cache (a stamp
-in the featureode cache says so, written after its first compiled run) or where an earlier process asked for it,
-else the NumPy twin. A process that gives the twin more than :data:`COMPILE_AFTER` laws asks for it (a second
-stamp), and the next process compiles it (≈ 1–3 s, once per install, announced on stderr). So a single cold solve
-pays no compile, and repeated work pays it once. The loops of :data:`COMPILED_AT_ONCE` skip the twin: their callers
-run for minutes, where a compile of about a second is always worth it. The environment variable
+``_tilted_densities_numpy``, ``_window_sums_numpy``; equal to round-off, tested against each other). A process keeps
+one backend per loop for its whole life, chosen at the loop's first call, so that its numbers do not depend on how
+much work came before (cached and fresh computations stay bitwise equal): numba where its machine code is in numba's
+cache (a stamp in the featureode cache says so, written after its first compiled run) or where an earlier process
+asked for it, else the NumPy twin. A process that gives the twin more than :data:`COMPILE_AFTER` laws asks for it (a
+second stamp), and the next process compiles it (≈ 1–3 s, once per install, announced on stderr). So a single cold
+solve pays no compile, and repeated work pays it once. The loops of :data:`COMPILED_AT_ONCE` skip the twin: their
+callers run for minutes, where a compile of about a second is always worth it. The environment variable
 ``FEATUREODE_KERNEL_LOOPS`` = ``numba`` | ``numpy`` forces one backend. No fast-math: the same IEEE operations as
 the NumPy expressions, in another order (a complex reciprocal as ``conj(w)/|w|²`` in the numba loops).
 """

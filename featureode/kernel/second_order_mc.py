@@ -106,9 +106,9 @@ class _Neurons:
         return np.stack([A**2, np.sum(self.g * dW**2, axis=1), db**2])
 
 
-def second_order_constants(modes: Sequence["Mode | str"], g: "Sequence[float] | np.ndarray", activation: str, bias_std: float, *,
-                           drivers: Sequence[int] | None = None, n_neurons: int | None = None, seed: int = 0,
-                           step: float = STEP) -> SecondOrder:
+def second_order_constants(modes: Sequence["Mode | str"], g: "Sequence[float] | np.ndarray", activation: str,
+                           bias_std: float, *, drivers: Sequence[int] | None = None, n_neurons: int | None = None,
+                           seed: int = 0, step: float = STEP) -> SecondOrder:
     """``S_{βα}`` of the module docstring for every β in ``modes`` and every driving α in ``drivers`` (indices into
     ``modes``; default all; other columns are 0), averaged over ``n_neurons`` init neurons (``a ~ N(0, 1)``,
     ``ŵ_i ~ N(0, g_i)``, ``b ~ N(0, σ_b²)``, fixed ``seed``; default :data:`N_NEURONS`, or
