@@ -603,3 +603,17 @@ def test_jackknife_groups_respect_chunks_and_memory():
     assert jackknife_groups(3, 2, 1024, 16) == 3 and jackknife_groups(1, 2, 1024, 16) == 1
     g = jackknife_groups(79, 40, 4096, 64)  # extended basis at N = 4096, d = 64: 85 MB per group
     assert 2 <= g < JACKKNIFE_GROUPS and g * 8 * 40 * 4096 * 66 <= max(JACKKNIFE_MEMORY, 2 * 8 * 40 * 4096 * 66)
+
+
+def test_the_test_set_size_does_not_change_the_trained_network(tmp_path):
+    """The premise of ``docs/validation/test_set_size.py``: the test points come from their own stream, so a run
+    with a larger ``n_test`` trains the very same network (bitwise equal parameters at the end) and only measures it
+    on more points."""
+    nets = []
+    for n_test in (2000, 6000):
+        out = tmp_path / str(n_test)
+        simulate_config(small_cfg(t_max=4.0, n_test=n_test, checkpoint_every=10**6), out_dir=out, progress=False)
+        nets.append(torch.load(out / "checkpoint.pt", weights_only=False)["params"])
+    assert set(nets[0]) >= {"w", "b", "a"}
+    for key in nets[0]:
+        assert torch.equal(nets[0][key], nets[1][key]), key
