@@ -166,3 +166,15 @@ def test_report_files(tmp_path):
     assert json.loads((tmp_path / "report.json").read_text())["status"] == "ok"
     assert (tmp_path / "report.md").read_text().startswith("# featureode compare")
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_md_flags_a_small_test_set_for_degree_three_targets():
+    """report.md notes that the MLP's t10 is uncertain on a small test set for a target of degree ≥ 3 (naming the
+    size and the degree), and says nothing for the default staircase(2) or for a test set of 100 000 points or more."""
+    t = _grid(10.0)
+    ode = ODEResult(("z0", "z0*z1"), V, {"lazy": _ode_variant("lazy", t, 0.5)})
+    for expr, n_test, flagged in (("staircase(2)", 20_000, False), ("h2(z0)*z1", 20_000, True),
+                                  ("z0 + z0*z1*z2", 50_000, True), ("h3(z0)", 100_000, False)):
+        cfg = load_config().replace(target={"expr": expr}, training={"n_test": n_test})
+        text = build_report(cfg, ode, _mlp(t)).markdown()
+        assert (f"measured on {n_test} test points. For a target of degree 3" in text) is flagged, (expr, n_test)

@@ -236,6 +236,23 @@ def _rates_lines(cfg: Config) -> list[str]:
             + "; the kernel, the closures' constants and the MLP's step all use them."]
 
 
+#: a test set smaller than this is flagged in ``report.md`` for targets of degree ≥ 3
+PRECISE_TEST_SET = 100_000
+
+
+def _test_set_lines(cfg: Config) -> list[str]:
+    """A note on the MLP's crossing times when the target has degree ≥ 3 and the test set is small (none
+    otherwise): their squared residuals have heavy tails, so a mean over 20 000 points is off by several percent
+    (``docs/validation/test_set_size.md``)."""
+    degree = max((m.degree for m in cfg.target_obj(cfg.spectrum()).modes), default=0)
+    n = cfg.training.n_test
+    if degree < 3 or n >= PRECISE_TEST_SET:
+        return []
+    return [f"The MLP's loss is measured on {n} test points. For a target of degree {degree} that makes its t10 "
+            "uncertain by several percent (1–10% at 20 000 points, both ways; docs/validation/test_set_size.md). "
+            "A larger `[training] n_test` (e.g. 320000) measures the same training more precisely."]
+
+
 def report_markdown(report: Report, figure: str = "report.png") -> str:
     """The metrics table of ``report.md`` (``figure``: the figure file it shows)."""
     cfg, m = report.config, report.mlp
@@ -248,6 +265,7 @@ def report_markdown(report: Report, figure: str = "report.png") -> str:
              "",
              "No constant below is fitted: every ODE constant is derived from the network's parametrisation.",
              *_rates_lines(cfg),
+             *_test_set_lines(cfg),
              "",
              "| variant | t50 | t10 | t50 ratio | t10 ratio | log-RMS | t50 ratio (in-support) | "
              "t10 ratio (in-support) | log-RMS (in-support) |",
