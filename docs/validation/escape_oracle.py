@@ -82,7 +82,8 @@ def stored_runs(suite: str, target: str, d: int, expo: float, off: float, gamma:
 
 
 def case_runs(suite: str, case: tuple) -> list[tuple[int, float, float]]:
-    """:func:`stored_runs` of a suite case ``(suite, act, target, d, expo, off, gamma, sb, width)`` (:func:`multidriver_oracle.suite_cases`)."""
+    """:func:`stored_runs` of a suite case ``(suite, act, target, d, expo, off, gamma, sb, width)``
+    (:func:`multidriver_oracle.suite_cases`)."""
     target, d, expo, off, gamma, sb, width = case[2:9]
     return stored_runs(suite, target, d, expo, off, gamma, sb, width, act=case[1])
 
