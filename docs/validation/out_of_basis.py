@@ -48,8 +48,9 @@ from featureode.sim.mlp import simulate_config  # noqa: E402
 CASES: dict[str, tuple[dict, dict, float]] = {"z0*z1": ({"expr": "z0*z1"}, {}, 100.0),
          "z0*z1, γ = 1": ({"expr": "z0*z1"}, {"richness": 1.0}, 70.0)}
 #: name -> [training] changes
-STEPS: dict[str, dict[str, float]] = {"η, B = 2048 (default)": {}, "η/4": {"eta_safety": 0.125}, "B = 8192": {"batch": 8192},
-         "η/4, B = 8192": {"eta_safety": 0.125, "batch": 8192}}
+STEPS: dict[str, dict[str, float]] = {
+    "η, B = 2048 (default)": {}, "η/4": {"eta_safety": 0.125}, "B = 8192": {"batch": 8192},
+    "η/4, B = 8192": {"eta_safety": 0.125, "batch": 8192}}
 
 
 def relative(loss: "np.ndarray | None") -> np.ndarray:

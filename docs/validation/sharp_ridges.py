@@ -72,7 +72,8 @@ def main() -> int:
     T, norm2 = flow.T, float((flow.v_all**2).sum())
     basis = float(((flow.v - flow.f(state)) ** 2).sum())
     fS = flow.f(state)
-    rules: list[tuple[str, Any]] = [(f"Gauss–Hermite {n}^{len(T)}", lambda n=n: _tail_rule(T, flow._tail_target, n)) for n in (18, 24, 32, 40)]
+    rules: list[tuple[str, Any]]
+    rules = [(f"Gauss–Hermite {n}^{len(T)}", lambda n=n: _tail_rule(T, flow._tail_target, n)) for n in (18, 24, 32, 40)]
     rules += [(f"Sobol' 2^{m}, scramble {s}", lambda m=m, s=s: _sobol_rule(T, flow._tail_target, m, seed=s))
               for m in (14, 15, 16) for s in (1, 2)]
     rows, velocities, rates = [], {}, {}

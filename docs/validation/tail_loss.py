@@ -70,7 +70,8 @@ def main() -> int:
             for name in scores:
                 scores[name].append(ratios[name])
         mean50 = float(np.nanmean([m50 for m50, _ in seeds]))
-        mean10 = float(np.nanmean([m10 for _, m10 in seeds])) if any(math.isfinite(m10) for _, m10 in seeds) else math.nan
+        crossed = any(math.isfinite(m10) for _, m10 in seeds)
+        mean10 = float(np.nanmean([m10 for _, m10 in seeds])) if crossed else math.nan
         rows.append([f"{i}: {label}", f"{fmt(mean50)} / {fmt(mean10)}",
                      " / ".join(fmt(x) for x in ratios["`meanfield`"]),
                      " / ".join(fmt(x) for x in ratios["`meanfield+tail`"]),

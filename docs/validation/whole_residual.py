@@ -122,7 +122,10 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
     return out
 
 
-def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tuple[tuple[float, float], tuple[float, float]]]:
+Pair = tuple[float, float]
+
+
+def earlier_rows(suite: str, page: Path = HERE / "tail_loss.md") -> dict[int, tuple[Pair, Pair]]:
     """The seed-mean ``(t50, t10)`` ratios of ``meanfield`` and ``meanfield+tail`` per case of ``suite``, read from
     the per-case tables of ``tail_loss.md`` (the same stored runs, scored the same way)."""
     def pair(cell: str) -> tuple[float, float]:
