@@ -231,3 +231,35 @@ def test_constants_do_not_depend_on_what_was_computed_before(loops, monkeypatch)
     finally:   # leave no numbers of the forced backend in the caches for the tests that follow
         clear_caches()
         so_mod._cached.cache_clear()
+
+
+@pytest.mark.parametrize("loops", ["numba", "numpy"])
+def test_each_growth_average_alone_equals_it_in_its_batch(loops, monkeypatch):
+    """Every average the second-order growth records (ReLU, σ_b = 0.5, modes with h3/h4, so that about a third of
+    them sit in a law whose window a more singular product of its batch set) evaluated alone, in a record of its own,
+    is bitwise the one evaluated with its whole batch (``Averager.evaluate`` sums each in row order over its law's
+    window; ``loops.window_sums``)."""
+    from featureode.kernel import second_order as so_mod
+    from featureode.kernel.growth import Averager, Rates, Recorded
+
+    monkeypatch.setenv("FEATUREODE_KERNEL_LOOPS", loops)
+    net = Network.build("relu", np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.07]), 0.5)
+    averager = Averager(net)
+    modes = tuple(Mode.parse(m) for m in ("z0", "h3(z0)", "h4(z1)", "z0*z1*z2"))
+    rec = so_mod._trace(modes, (0,), Rates(), False, tuple(sorted(averager.moments.items()))).recorded
+
+    def record_of(codes: np.ndarray) -> Recorded:   # one request per average, coefficient 1, no g factor
+        k = codes.size
+        return Recorded(k, np.arange(k), np.ones(k), np.zeros(0, dtype=np.intp), np.zeros((1, 0)),
+                        np.zeros(k, dtype=np.intp), np.arange(k), rec.groups, rec.ms_list, rec.key_group[codes],
+                        rec.key_ms[codes])
+
+    codes = np.arange(rec.key_group.size)
+    batch = Averager(net).evaluate(record_of(codes))
+    sing = np.array([averager.singular_power(ms) for ms in rec.ms_list])
+    e_group = np.zeros(len(rec.groups), dtype=int)
+    np.maximum.at(e_group, rec.key_group, sing[rec.key_ms])
+    assert np.sum(sing[rec.key_ms] < e_group[rec.key_group]) > codes.size // 5   # the case the test is about
+    for c in codes:
+        alone = Averager(net).evaluate(record_of(np.array([c])))[0]
+        assert alone == batch[c], (loops, int(c), alone, batch[c])
