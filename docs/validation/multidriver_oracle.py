@@ -334,6 +334,13 @@ def within(pair: tuple[float, float], tol: float) -> bool:
     return all(math.isfinite(r) and abs(r - 1) <= tol for r in pair)
 
 
+def emit(text: str, md: "Path | None") -> None:
+    """Print a script's Markdown ``text``, and write it to ``md`` when given."""
+    if md:
+        md.write_text(text)
+    print(text)
+
+
 def write_report(head: list[str], rows: list[list[str]], md: "Path | None", scores: "dict | None" = None,
                  counted: str = "the network crossed both levels") -> None:
     """Print the Markdown table ``head``/``rows`` and, with ``scores`` (name → list of (t50, t10) ratio pairs, all of
@@ -344,10 +351,7 @@ def write_report(head: list[str], rows: list[list[str]], md: "Path | None", scor
         text += ["", f"Cases where {counted}: {n}. Within ±10% / ±20% on both t50 and t10:"]
         for name, pairs in scores.items():
             text.append(f"- {name}: {sum(within(x, 0.1) for x in pairs)}/{n} / {sum(within(x, 0.2) for x in pairs)}/{n}")
-    out = "\n".join(text) + "\n"
-    if md:
-        md.write_text(out)
-    print(out)
+    emit("\n".join(text) + "\n", md)
 
 
 def main() -> int:

@@ -25,7 +25,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from multidriver_oracle import case_config, case_label, crossing, picked_cases, stored_horizon, suite_parser  # noqa: E402
+from multidriver_oracle import (  # noqa: E402
+    case_config, case_label, crossing, emit, picked_cases, stored_horizon, suite_parser)
 from whole_residual import stored  # noqa: E402
 from featureode import simulate_config  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
@@ -103,9 +104,7 @@ def main() -> int:
         out += ["", f"({time.time() - start:.0f} s)", ""]
         print("\n".join(out[-len(measured) - 16:]), file=sys.stderr, flush=True)
     text = "\n".join(out)
-    if args.md:
-        args.md.write_text(text)
-    print(text)
+    emit(text, args.md)
     return 0
 
 

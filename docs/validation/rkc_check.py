@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from multidriver_oracle import case_config, crossing, stored_horizon, suite_cases  # noqa: E402
+from multidriver_oracle import case_config, crossing, emit, stored_horizon, suite_cases  # noqa: E402
 from whole_residual import stored  # noqa: E402
 from featureode.config import load_config  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
@@ -72,9 +72,7 @@ def main() -> int:
         rows.append(f"| | rkc/rk4 − 1 | {b50 / a50 - 1:+.2%} | {b10 / a10 - 1:+.2%} | | | |")
         print("\n".join(rows[-3:]), flush=True)
     text = "\n".join([HEADER, *rows]) + "\n"
-    if args.md:
-        args.md.write_text(text)
-    print(text)
+    emit(text, args.md)
     return 0
 
 

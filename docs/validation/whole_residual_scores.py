@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from multidriver_oracle import seed_mean, suite_cases, within  # noqa: E402
+from multidriver_oracle import emit, seed_mean, suite_cases, within  # noqa: E402
 from whole_residual import stored  # noqa: E402
 SUITES = {"standard": 21, "wide": 42, "wide2": 34}
 #: ``rational``'s ±10% / ±20% counts per (suite, basis), from the table of ``closures.md`` (its combined ±10%: 93)
@@ -68,9 +68,7 @@ def main() -> int:
             notes += [f"- {suite}, {basis}: {m}" for m in misses]
     lines.append(f"| **combined ±10%** | | **{total}** | {total_rational} |")
     text = "\n".join(lines) + "\n\nRun and outside ±10% (seed-mean t50 / t10 ratios):\n\n" + "\n".join(notes) + "\n"
-    if args.md:
-        args.md.write_text(text)
-    print(text)
+    emit(text, args.md)
     return 0
 
 
