@@ -30,6 +30,7 @@ import argparse
 import math
 import sys
 import time
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
@@ -222,10 +223,10 @@ class Flow:
         """One RK4 step of length ``h`` from ``theta`` (the package's :func:`featureode.ode.meanfield.rk4_step`)."""
         return rk4_step(self.velocity, theta, h)
 
-    def run(self, t_max: float, h_max: float = 1.0, c: float = 0.5, every: int = 10, max_steps: int = 10**9
-            ) -> tuple[np.ndarray, np.ndarray, int]:
+    def run(self, t_max: float, h_max: float = 1.0, c: float = 0.5, every: int = 10, max_steps: int = 10**9,
+            on_step: "Callable[[float, tuple], None] | None" = None) -> tuple[np.ndarray, np.ndarray, int]:
         """Loss ratio ``Σ R²/Σ v²`` on the steps' times until t_max (or until it falls below 0.05, or
-        ``max_steps``)."""
+        ``max_steps``); ``on_step(t, θ)`` is called after each step."""
         theta, t, steps = self.theta, 0.0, 0
         ts, loss = [0.0], [1.0]
         norm = float((self.v**2).sum())
@@ -237,6 +238,8 @@ class Flow:
             theta = self.step(theta, h)
             t += h
             steps += 1
+            if on_step is not None:
+                on_step(t, theta)
             R = self.v - self.f(theta)
             ts.append(t)
             loss.append(float((R**2).sum()) / norm)

@@ -56,26 +56,20 @@ def main() -> int:
         T = sorted({j for m, x in zip(modes, v) if x for j in m.support})
         inside = np.array([set(m.support) <= set(T) for m in modes])
         norm = float((v**2).sum())
-        # the flow step by step (RK4, step min(h_max, 0.5/λ_max(K)) as multidriver_oracle.py), to 3× the mean t10
+        # Flow.run (RK4, step min(h_max, 0.5/λ_max(K))) to 3× the mean t10, the state kept at the table's times
         t_end = 3 * m10 if math.isfinite(m10) else 6 * m50
-        theta, t, steps, h = flow.theta, 0.0, 0, args.h_max
-        ts, loss, snaps = [0.0], [1.0], {}
+        snaps: dict[float, tuple[float, np.ndarray, float, float]] = {}
         pending = list(TIMES)
-        while t < t_end and steps < 20000:
-            if steps % 10 == 0:
-                h = min(args.h_max, 0.5 / float(np.linalg.eigvalsh(flow.gram(theta)).max()), t_end - t)
-            theta = flow.step(theta, h)
-            t, steps = t + h, steps + 1
-            f = flow.f(theta)
-            R = v - f
-            if not np.all(np.isfinite(R)):
-                raise SystemExit(f"off_target_oracle: the flow became non-finite at t = {t:.4g}")
-            ts.append(t)
-            loss.append(float((R**2).sum()) / norm)
+
+        def snapshot(t: float, theta: tuple) -> None:
             while pending and t >= pending[0]:
-                snaps[pending.pop(0)] = (t, f.copy(), float((R[inside] ** 2).sum()) / norm,
+                f = flow.f(theta)
+                R = v - f
+                snaps[pending.pop(0)] = (t, f, float((R[inside] ** 2).sum()) / norm,
                                          float((R[~inside] ** 2).sum()) / norm)
-        t50, t10 = crossing(np.array(ts), np.array(loss), 0.5), crossing(np.array(ts), np.array(loss), 0.1)
+
+        ts, loss, steps = flow.run(t_end, h_max=args.h_max, max_steps=20000, on_step=snapshot)
+        t, t50, t10 = float(ts[-1]), crossing(ts, loss, 0.5), crossing(ts, loss, 0.1)
         out += [f"### {args.suite}:{i}: {case_label(*case)}, seed {args.seed}'s init neurons", "",
                 f"Stored trainings (seed means): t50 / t10 = {m50:.1f} / {m10:.1f}. The exact multi-driver flow of "
                 f"the {width} init neurons of seed {args.seed} ({len(modes)} modes driving, {int((~inside).sum())} "

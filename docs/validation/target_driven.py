@@ -35,6 +35,7 @@ import argparse
 import math
 import sys
 import time
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
@@ -101,9 +102,10 @@ class TargetDriven(Flow):
         return float(R @ self.coupled(K) @ R) / float(R @ K @ R)
 
     def run(self, t_max: float, h_max: float = 1.0, c: float = 0.5, every: int = 10, max_steps: int = 10**9,
+            on_step: "Callable[[float, tuple], None] | None" = None,
             rates: list | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-        """Loss ratio ``Σ R²/Σ v²`` on the steps' times, as :meth:`Flow.run`; with ``rates`` (a list), also
-        :meth:`coupling_rate` after every step, appended to it."""
+        """Loss ratio ``Σ R²/Σ v²`` on the steps' times, as :meth:`Flow.run` (``on_step(t, state)`` after each
+        step); with ``rates`` (a list), also :meth:`coupling_rate` after every step, appended to it."""
         state = (*self.theta, np.zeros_like(self.v))
         t, steps, h = 0.0, 0, h_max
         ts, loss = [0.0], [1.0]
@@ -117,6 +119,8 @@ class TargetDriven(Flow):
             state = self.step(state, h)
             t += h
             steps += 1
+            if on_step is not None:
+                on_step(t, state)
             R = self.v - state[3]
             if rates is not None:
                 rates.append(self.coupling_rate(state))
