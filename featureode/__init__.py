@@ -36,6 +36,8 @@ _EXPORTS: dict[str, str] = {
     "kernel_theory_batch": "featureode.kernel.theory",
     "Network": "featureode.kernel.network",
     "register_parametrization": "featureode.kernel.parametrization",
+    "population_loss": "featureode.kernel.population",
+    "PopulationLoss": "featureode.kernel.population",
     # the feature ODE: terms, variants, code generation, integration
     "System": "featureode.ode.terms",
     "build_system": "featureode.ode.terms",
@@ -126,6 +128,7 @@ if TYPE_CHECKING:  # static analysers (type checkers, the docs' griffe) see the 
     from featureode.export.style import save_figure, variant_colour
     from featureode.kernel.network import Network
     from featureode.kernel.parametrization import register_parametrization
+    from featureode.kernel.population import PopulationLoss, population_loss
     from featureode.kernel.theory import KernelTheory, kernel_report, kernel_theory, kernel_theory_batch
     from featureode.ode.compile import compile_system, register_backend
     from featureode.ode.meanfield import meanfield_trajectory

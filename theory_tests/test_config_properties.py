@@ -54,7 +54,7 @@ CHOICES = {
     ("ode", "method"): ["RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA"],
     ("ode", "backend"): ["numpy", "numba"],
 }
-BOOLS = [("target", "normalize"), ("training", "compile"), ("ode", "scale")]
+BOOLS = [("target", "normalize"), ("training", "compile"), ("training", "exact_loss"), ("ode", "scale")]
 BASE = {"target": {"expr": "z0"}}
 
 
@@ -256,6 +256,9 @@ def test_digest_of_a_suite_run_is_unchanged() -> None:
         cfg = config_from_dict(raw).replace(training=runtime)
         assert cfg.digest() == "55f4029346730335"
         assert cfg.digest(("data", "target", "network", "training")) == "885a250b3c1c56a4"
+    # exact_loss = false (the default) is left out of the hash as the default lr_scale is; true is a new identity
+    assert config_from_dict(raw).replace(training={"exact_loss": False}).digest() == "55f4029346730335"
+    assert config_from_dict(raw).replace(training={"exact_loss": True}).digest() != "55f4029346730335"
 
 
 def test_every_key_is_covered_here() -> None:

@@ -3,6 +3,7 @@ figure read back from its matplotlib objects (labels, crossing markers, targets,
 from __future__ import annotations
 
 import json
+import dataclasses
 import math
 
 import numpy as np
@@ -178,3 +179,28 @@ def test_report_md_flags_a_small_test_set_for_degree_three_targets():
         cfg = load_config().replace(target={"expr": expr}, training={"n_test": n_test})
         text = build_report(cfg, ode, _mlp(t)).markdown()
         assert (f"measured on {n_test} test points. For a target of degree 3" in text) is flagged, (expr, n_test)
+
+
+def test_report_scores_against_the_exact_population_loss_when_recorded():
+    """A run with ``loss_exact_ratio`` (``[training] exact_loss``) is scored against it: the MLP's t50/t10 are its
+    closed-form crossings (e^{−2t}: ln 2/2, ln 10/2), the test set's (e^{−t}: ln 2, ln 10) stay in the report and
+    report.json, and the ODE ratios follow the exact curve. A small test set is then not flagged."""
+    t = _grid(10.0)
+    mlp = _mlp(t)
+    mlp = dataclasses.replace(mlp, arrays={**(mlp.arrays or {}), "loss_exact_ratio": np.exp(-2 * t)})
+    ode = ODEResult(("z0", "z0*z1"), V, {"lazy": _ode_variant("lazy", t, 1.0)})   # e^{−2t}: ratio 1 on the exact
+    cfg = load_config().replace(target={"expr": "h2(z0)*z1"}, training={"exact_loss": True})
+    rep = build_report(cfg, ode, mlp)
+    assert rep.mlp.curve == "exact population loss"
+    assert rep.mlp.t50 == pytest.approx(math.log(2) / 2, rel=1e-3) and rep.mlp.t10 == pytest.approx(math.log(10) / 2,
+                                                                                                      rel=1e-3)
+    assert rep.mlp.test_t10 == pytest.approx(math.log(10), rel=1e-3)
+    assert rep.variants["lazy"].metrics.t10_ratio.value == pytest.approx(1.0, rel=2e-3)
+    text = rep.markdown()
+    assert "MLP (exact population loss): t50 = 0.3466, t10 = 1.151; test loss: t50 = 0.6931, t10 = 2.303" in text
+    assert "test points" not in text
+    assert rep.mlp.to_json()["curve"] == "exact population loss"
+    plain = build_report(cfg.replace(training={"exact_loss": False}), ode, _mlp(t)).markdown()
+    assert "MLP (test loss): t50 = 0.6931" in plain and "`[training] exact_loss = true`" in plain
+    tanh = build_report(cfg.replace(training={"exact_loss": False}, network={"activation": "tanh"}), ode, _mlp(t))
+    assert "exact_loss" not in tanh.markdown() and "A larger `[training] n_test`" in tanh.markdown()

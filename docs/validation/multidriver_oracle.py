@@ -274,10 +274,12 @@ def suite_cases(name: str) -> list[tuple]:
     return out
 
 
-def suite_parser(description: str, suites: tuple[str, ...] = ("wide", "wide2")) -> argparse.ArgumentParser:
-    """The arguments every per-suite script takes: ``--suite`` (one of ``suites``), ``--cases`` and ``--md``."""
+def suite_parser(description: str, suites: tuple[str, ...] = ("wide", "wide2"),
+                 suite_required: bool = True) -> argparse.ArgumentParser:
+    """The arguments every per-suite script takes: ``--suite`` (one of ``suites``; optional for a script that has
+    another mode), ``--cases`` and ``--md``."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--suite", choices=list(suites), required=True)
+    p.add_argument("--suite", choices=list(suites), required=suite_required)
     p.add_argument("--cases", default="", help="comma-separated case numbers (0-based); default every case")
     p.add_argument("--md", type=Path, help="write the Markdown table here (default: print it)")
     return p

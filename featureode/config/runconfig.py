@@ -89,6 +89,8 @@ class Config:
                 raw[sec][name] = _DIGEST_AS[key]
         if raw["training"]["lr_scale"] == DEFAULT_LR_SCALE:  # the default is the old identity (no such key)
             del raw["training"]["lr_scale"]
+        if not raw["training"]["exact_loss"]:  # likewise: runs without the exact loss keep their digests
+            del raw["training"]["exact_loss"]
         blob = json.dumps({k: v for k, v in raw.items() if k in sections}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -61,6 +61,9 @@ class TrainingConfig:
     threads: int = 1
     compile: bool = True          # torch.compile the SGD step and measurement kernel (eager fallback)
     stop_loss: float = 0.0        # stop once the test loss L/L(0) ≤ stop_loss at a measurement (0: run to t_max)
+    # also record the exact population loss ½E[(f − f*)²] at every measurement (relu and erf networks:
+    # featureode.kernel.population), beside the test-set loss; the crossing times of both are kept
+    exact_loss: bool = False
     # per-group learning-rate multipliers {a = η_a, w = η_w, b = η_b} (readout, first layer, bias; 0 freezes a group),
     # read through the parametrization object (featureode.kernel.parametrization.parametrization_of)
     lr_scale: dict = field(default_factory=lambda: dict(DEFAULT_LR_SCALE))

@@ -23,6 +23,7 @@ import numpy as np
 from featureode.core.errors import FeatureODEError
 from featureode.config import Config, require_config
 from featureode.kernel.parametrization import parametrization_of
+from featureode.kernel.population import has_exact_population_loss
 from featureode.results.metrics import CurveMetrics, crossing_time, curve_metrics, in_support_loss
 from featureode.export.style import (  # noqa: F401  (variant_colours re-exported)
     MLP_COLOUR,
@@ -53,8 +54,9 @@ class ReportError(FeatureODEError, ValueError):
 
 @dataclass(frozen=True)
 class MLPSummary:
-    """The network's curves as reported: ``loss`` is ``L/L(0)`` of the test loss, ``in_support_loss`` as measured;
-    crossings of both; how the run ended."""
+    """The network's curves as reported: ``loss`` is ``L/L(0)`` of the test loss, or of the exact population loss
+    when the run recorded it (``[training] exact_loss``; ``curve`` says which, and ``test_t50``/``test_t10`` keep the
+    test set's crossings either way); ``in_support_loss`` as measured; crossings of both; how the run ended."""
 
     t: np.ndarray
     loss: np.ndarray
@@ -66,17 +68,24 @@ class MLPSummary:
     complete: bool
     reached_t: float
     error: str | None = None
+    curve: str = "test loss"
+    test_t50: float | None = None
+    test_t10: float | None = None
 
     @classmethod
     def of(cls, mlp: Trajectory) -> "MLPSummary":
-        """The summary of a simulation (``kind = "mlp"``)."""
+        """The summary of a simulation (``kind = "mlp"``): against its exact population loss when it has one."""
         t = np.asarray(mlp.t, float)
         test = mlp.ratio
+        exact = (mlp.arrays or {}).get("loss_exact_ratio")
+        loss = test if exact is None else np.asarray(exact, float)
         insup = np.asarray(mlp.in_support_loss if mlp.in_support_loss is not None  # type: ignore[type-var]  # numpy's stub refuses the builtin float as dtype
                            else in_support_loss(mlp.f, mlp.target), float)  # type: ignore[arg-type]  # a simulation without its in-support loss stores f
-        return cls(t, test, insup, crossing_time(t, test, 0.5), crossing_time(t, test, 0.1),
+        return cls(t, loss, insup, crossing_time(t, loss, 0.5), crossing_time(t, loss, 0.1),
                    crossing_time(t, insup / insup[0], 0.5), crossing_time(t, insup / insup[0], 0.1),
-                   mlp.status.complete, mlp.end_t, mlp.status.error)
+                   mlp.status.complete, mlp.end_t, mlp.status.error,
+                   "test loss" if exact is None else "exact population loss",
+                   crossing_time(t, test, 0.5), crossing_time(t, test, 0.1))
 
     def __repr__(self) -> str:
         return (f"MLPSummary({len(self.t)} times to t = {self.reached_t:.4g}: t50 = {_num(self.t50, 4)}, "
@@ -94,6 +103,8 @@ class MLPSummary:
         out = {"t": self.t, "loss": self.loss, "in_support_loss": self.in_support_loss, "t50": self.t50,
                "t10": self.t10, "in_support_t50": self.in_support_t50, "in_support_t10": self.in_support_t10,
                "complete": self.complete, "reached_t": self.reached_t, "status": self.status}
+        if self.curve != "test loss":
+            out.update({"curve": self.curve, "test_t50": self.test_t50, "test_t10": self.test_t10})
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -246,11 +257,14 @@ def _test_set_lines(cfg: Config) -> list[str]:
     (``docs/validation/test_set_size.md``)."""
     degree = max((m.degree for m in cfg.target_obj(cfg.spectrum()).modes), default=0)
     n = cfg.training.n_test
-    if degree < 3 or n >= PRECISE_TEST_SET:
+    if degree < 3 or n >= PRECISE_TEST_SET or cfg.training.exact_loss:
         return []
+    fix = ("`[training] exact_loss = true` measures the same training's loss exactly (relu and erf), and a larger "
+           "`[training] n_test` (e.g. 320000) more precisely" if has_exact_population_loss(cfg.network.activation)
+           else "A larger `[training] n_test` (e.g. 320000) measures the same training more precisely")
     return [f"The MLP's loss is measured on {n} test points. For a target of degree {degree} that makes its t10 "
-            "uncertain by several percent (1–10% at 20 000 points, both ways; docs/validation/test_set_size.md). "
-            "A larger `[training] n_test` (e.g. 320000) measures the same training more precisely."]
+            f"uncertain by several percent (1–10% at 20 000 points, both ways; docs/validation/test_set_size.md). "
+            f"{fix[0].upper() + fix[1:]}."]
 
 
 def report_markdown(report: Report, figure: str = "report.png") -> str:
@@ -259,7 +273,10 @@ def report_markdown(report: Report, figure: str = "report.png") -> str:
     lines = [f"# featureode compare: `{cfg.target.expr}`, d = {cfg.data.dim}, γ = {cfg.network.richness}, "
              f"{cfg.network.activation}, N = {cfg.network.width}",
              "",
-             f"MLP (test loss): t50 = {_num(m.t50, 4)}, t10 = {_num(m.t10, 4)}; in-support loss: "
+             f"MLP ({m.curve}): t50 = {_num(m.t50, 4)}, t10 = {_num(m.t10, 4)}; "
+             + ("" if m.curve == "test loss" else f"test loss: t50 = {_num(m.test_t50, 4)}, "
+                f"t10 = {_num(m.test_t10, 4)}; ")
+             + "in-support loss: "
              f"t50 = {_num(m.in_support_t50, 4)}, t10 = {_num(m.in_support_t10, 4)}"
              + ("" if m.complete else f" — **MLP stopped early at t = {m.reached_t:.4g}**"),
              "",

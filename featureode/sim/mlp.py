@@ -74,6 +74,7 @@ import torch
 from featureode.core.provenance import provenance
 from featureode.calculus.hermite import Mode
 from featureode.config import Config, require_config
+from featureode.kernel.population import centred_neurons, has_exact_population_loss, population_loss
 from featureode.results.trajectory import Trajectory
 from featureode.sim.batch import MeanFieldBatch, even_chunk
 from featureode.sim.measure import make_test_set
@@ -144,6 +145,11 @@ class Simulation:
         self.net = MeanFieldBatch.initialize(self.specs, self.device, self.dtype, tr.compile, batched,
                                              self.batch if on_gpu else even_chunk(self.batch, CPU_CHUNK))
         self.net.spread = bool(spread)
+        for k, s in enumerate(self.specs):
+            if s.cfg.training.exact_loss and not has_exact_population_loss(s.cfg.network.activation):
+                raise MLPError(f"run {k}: [training] exact_loss needs closed-form pair moments (relu, erf), not "
+                               f"{s.cfg.network.activation!r}; set exact_loss = false and raise [training] n_test "
+                               "for a more precise test-set loss")
         self.tests = [make_test_set(s.spectrum, s.target, s.modes, s.cfg.training.n_test, stream(s.cfg.training.seed,
                                     "test"), self.device, self.dtype, _measure_chunk(s.cfg.training.n_test, on_gpu))
                       for s in self.specs]
@@ -198,10 +204,23 @@ class Simulation:
         """Measure run ``i`` at its current time and append to its records; a test loss far above ``L(0)`` is a
         divergence."""
         m = self.net.measure(i, self.tests[i], self.specs[i].support)
-        self.recorders[i].add(m, self.clocks[i])
+        self.recorders[i].add(m, self.clocks[i], self._exact_loss(i))
         why = self.monitors[i].observe_test(m.loss)
         if why is not None:
             self._diverged(i, why)
+
+    def _exact_loss(self, i: int) -> float | None:
+        """The exact population loss ``½ E[(f − f*)²]`` of run ``i`` (:func:`featureode.kernel.population.population_loss`
+        of its ``2N`` centred neurons, in float64) when its config asks for it (``[training] exact_loss``)."""
+        spec = self.specs[i]
+        if not spec.cfg.training.exact_loss:
+            return None
+        p = {k: v[i].detach().to("cpu", torch.float64).numpy() for k, v in self.net.params.items()}
+        if not all(np.all(np.isfinite(v)) for v in p.values()):
+            return float("nan")   # a diverged network: the test loss's divergence check reports it
+        neurons = centred_neurons(p["a"], p["w"], p["b"], p["a0"], p["w0"], p["b0"], self.net.out_scale[i],
+                                  spec.spectrum.g)
+        return population_loss(spec.cfg.network.activation, *neurons, spec.target).loss
 
     def _refresh_eta(self) -> None:
         """``λ_top`` on the probe set and ``η = min(eta_max, eta_safety/λ_top)`` for every active run."""

@@ -77,6 +77,9 @@ class Recorder:
     #: Columns recorded only when the second moment ‖Kφ_β‖² is measured (``spread``); a checkpoint without them
     #: restores them as NaN rows.
     SPREAD_COLUMNS = ("lambda_second_moment", "lambda_second_moment_stderr")
+    #: Recorded only with ``[training] exact_loss``: the exact population loss ``½ E[(f − f*)²]``
+    #: (:mod:`featureode.kernel.population`).
+    EXACT_COLUMNS = ("loss_exact",)
 
     def __init__(self, spec: RunSpec):
         self.spec = spec
@@ -90,8 +93,9 @@ class Recorder:
         """The last measured time (``None`` before the first measurement)."""
         return self.columns["t"][-1] if len(self) else None
 
-    def add(self, m: Measurement, clock: Schedule) -> None:
-        """Append one measurement taken at the clock's current time."""
+    def add(self, m: Measurement, clock: Schedule, loss_exact: float | None = None) -> None:
+        """Append one measurement taken at the clock's current time (with the exact population loss when it was
+        computed)."""
         row: dict[str, Any] = {"t": clock.t, "loss": m.loss, "f": m.f.tolist(), "f_stderr": m.f_stderr.tolist(),
                                "lambda": m.lam.tolist(), "lambda_stderr": m.lam_stderr.tolist(), "r": m.r.tolist(),
                                "eta": clock.eta, "lambda_top": clock.lambda_top, "steps": clock.steps, "a2": m.a2,
@@ -102,6 +106,8 @@ class Recorder:
         if m.second_moment is not None:
             row["lambda_second_moment"] = m.second_moment.tolist()
             row["lambda_second_moment_stderr"] = m.second_moment_stderr.tolist()  # type: ignore[union-attr]  # set with second_moment
+        if loss_exact is not None:
+            row["loss_exact"] = loss_exact
         before = len(self)
         for key, val in row.items():
             self.columns.setdefault(key, [[math.nan] * len(m.lam)] * before)
@@ -117,7 +123,7 @@ class Recorder:
     def restore(self, columns: dict[str, list]) -> None:
         """Set the columns from :meth:`state`."""
         self.columns = {k: list(columns[k]) for k in self.COLUMNS}
-        self.columns.update({k: list(columns[k]) for k in self.SPREAD_COLUMNS if k in columns})
+        self.columns.update({k: list(columns[k]) for k in self.SPREAD_COLUMNS + self.EXACT_COLUMNS if k in columns})
 
     def trajectory(self, clock: Schedule, meta: dict[str, Any]) -> Trajectory:
         """The run's :class:`~featureode.results.trajectory.Trajectory` (kind ``"mlp"``): theory §6 fields, t50/t10 of the
@@ -138,6 +144,15 @@ class Recorder:
                 "lambda_parts_estimator": "U-statistic per parameter group (readout ∂/∂a, weights ∂/∂w, bias ∂/∂b); "
                                           f"stderr: delete-a-group jackknife over up to {JACKKNIFE_GROUPS} groups "
                                           "of test chunks (test-set noise at fixed parameters)"}
+        if "loss_exact" in col:
+            exact = np.asarray(col["loss_exact"], float)
+            exact_ratio = exact / (0.5 * float(np.sum(np.square(spec.v))))
+            arrays.update({"loss_exact": exact, "loss_exact_ratio": exact_ratio})
+            meta.update({"t50_exact": crossing_time(t, exact_ratio, 0.5),
+                         "t10_exact": crossing_time(t, exact_ratio, 0.1),
+                         "loss_exact_estimator": "½E[(f − f*)²] exact: closed-form Gaussian pair moments of the "
+                                                 "2N centred neurons (featureode.kernel.population); divided by "
+                                                 "½Σv² for loss_exact_ratio"})
         if "lambda_second_moment" in col:
             meta["lambda_second_moment_estimator"] = (
                 "‖Kφ_β‖² = E_x[(Kφ_β)(x)²] of the eNTK: half-split estimator (directions from the even and the odd "

@@ -1,0 +1,286 @@
+"""The exact population loss of a two-layer network on Gaussian data, neuron pair by neuron pair.
+
+A network ``f(z) = Σ_k a_k σ(ŵ_k·z + b_k)`` on whitened inputs ``z ~ N(0, I_d)`` (``ŵ_k = sqrt(g) ∘ w_k``; the
+centred network of theory §3 is the trained neurons with readouts ``c a_k`` and the initial ones with ``−c a⁰_k``)
+and a target ``f* = Σ_α v_α h_α(z)`` (what :meth:`Target.evaluate` gives and the network is trained on: its
+constant is not part of it) have the population loss
+
+    L = ½ E[(f − f*)²] = ½ (E[f²] − 2 E[f f*] + Σ_α v_α²),
+
+    E[f²] = Σ_{k,l} a_k a_l C_kl,   C_kl = E[σ(u_k) σ(u_l)],
+    E[f h_α] = Σ_k a_k m_{|α|}(b_k, s_k) Π_i ŵ_{ki}^{α_i} / sqrt(α_i!),
+
+where ``(u_k, u_l)`` is Gaussian with means ``(b_k, b_l)``, variances ``s_k² = |ŵ_k|²``, ``s_l²`` and covariance
+``c_kl = ŵ_k·ŵ_l``, and ``m_j(b, s) = E[σ^{(j)}(b + s ξ)]`` (Stein's lemma: ``E[σ(ŵ·z + b) He_α(z)] =
+E[σ^{(|α|)}(u)] ŵ^α``). The second term uses the activation's closed-form means; the pair moments ``C_kl`` come from
+a table of closed forms, one per activation:
+
+* **relu**: with ``h = b_k/s_k``, ``k' = b_l/s_l``, ``ρ = c_kl/(s_k s_l)``, ``r = sqrt(1 − ρ²)`` and ``(X, Y)``
+  standard Gaussian with correlation ``ρ``, ``C = s_k s_l E[(X + h)₊ (Y + k')₊]``, and the truncated bivariate
+  moments (Rosenbaum 1961) give
+
+      E[(X + h)₊ (Y + k')₊] = (h k' + ρ) Φ₂(h, k'; ρ) + k' φ(h) Φ((k' − ρh)/r) + h φ(k') Φ((h − ρk')/r)
+                              + (r/2π) exp(−(h² − 2ρ h k' + k'²)/(2r²)),
+
+  with the bivariate CDF ``Φ₂`` from Owen's ``T`` function; ``ρ = ±1`` (a neuron with itself, or a trained neuron
+  that has not moved from its initial copy) by the one-dimensional limits;
+* **erf**: Price's theorem ``∂C/∂c = E[σ'(u_k) σ'(u_l)]`` with ``erf' = (2/√π) e^{−u²}`` gives a Gaussian integral in
+  closed form; integrating it from ``c = 0`` (where ``C = erf(μ_k) erf(μ_l)``, ``μ = b/sqrt(1 + 2s²)``) with
+  ``2c' = D sin θ``, ``D = sqrt((1 + 2s_k²)(1 + 2s_l²))``, leaves
+
+      C = erf(μ_k) erf(μ_l) + (2/π) ∫_0^{θ*} exp(−Q(θ)) dθ,   θ* = arcsin(2 c_kl / D),
+      Q(θ) = [(1 + 2s_l²) b_k² − 2 D sin θ b_k b_l + (1 + 2s_k²) b_l²] / (D² cos² θ),
+
+  a smooth integrand on a range that stays inside ``|θ| < π/2`` (``(2/π) arcsin(2c/D)`` at zero bias, the classical
+  arcsine kernel). It is integrated by Gauss–Legendre rules of 24, 48, 96 and 192 nodes until two successive rules
+  agree to :data:`QUADRATURE_TOL`; a pair that does not is a :class:`PopulationError`, not a number.
+
+Other activations have no closed form here: :func:`population_loss` refuses them in one line that names the fix
+(a larger test set, ``[training] n_test``). The tests check every formula against two-dimensional mpmath quadrature
+and the loss against Monte Carlo with stated error bars (``theory_tests/test_population.py``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import sympy as sp
+from scipy import special
+
+from featureode.calculus.activation_calculus import U
+from featureode.calculus.activations import Activation, get_activation
+from featureode.calculus.hermite import Mode
+from featureode.calculus.targets import Target
+from featureode.core.errors import FeatureODEError
+
+__all__ = ["PopulationError", "PopulationLoss", "pair_moments", "population_loss", "centred_neurons",
+           "has_exact_population_loss", "QUADRATURE_TOL"]
+
+#: Agreement two successive Gauss–Legendre rules must reach on every erf pair moment (absolute, plus this relative).
+QUADRATURE_TOL = 1e-12
+_RULES = (24, 48, 96, 192)
+_PARALLEL = 1e-7   # r = sqrt(1 − ρ²) below this: the ρ = ±1 limit (C changes by O(r²) there)
+
+
+class PopulationError(FeatureODEError, ValueError):
+    """An exact population loss that cannot be computed (an activation without closed-form pair moments, a
+    quadrature that did not converge, or arrays of the wrong shape)."""
+
+
+@dataclass(frozen=True)
+class PopulationLoss:
+    """``loss = ½ E[(f − f*)²]`` with its parts ``network_sq = E[f²]``, ``overlap = E[f f*]`` and ``target_sq =
+    E[f*²]`` (all exact); ``ratio = loss / (½ target_sq)`` is ``L/L(0)`` for a network that starts at ``f = 0``."""
+
+    loss: float
+    network_sq: float
+    overlap: float
+    target_sq: float
+
+    @property
+    def ratio(self) -> float:
+        return self.loss / (0.5 * self.target_sq) if self.target_sq > 0 else float("nan")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# pair moments, one closed form per activation
+# ----------------------------------------------------------------------------------------------------------------
+def _Phi(x: np.ndarray) -> np.ndarray:
+    return special.ndtr(x)
+
+
+def _phi(x: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+
+
+def _bivariate_cdf(h: np.ndarray, k: np.ndarray, rho: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """``Φ₂(h, k; ρ) = P(X < h, Y < k)`` for ``|ρ| < 1`` (``r = sqrt(1 − ρ²) > 0``) by Owen's ``T``:
+    ``½Φ(h) + ½Φ(k) − T(h, (k − ρh)/(h r)) − T(k, (h − ρk)/(k r)) − β`` with ``β = ½`` when ``h k < 0`` or
+    (``h k = 0`` and ``h + k < 0``); at ``h = 0`` the first ``T`` and ``β`` combine to ``¼ − ½Φ(0)``, likewise at
+    ``k = 0``, and at ``h = k = 0`` it is ``¼ + arcsin(ρ)/(2π)``."""
+    out = np.empty_like(h)
+    hz, kz = h == 0, k == 0
+    both = hz & kz
+    gen = ~hz & ~kz
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hh, kk, rr, pp = h[gen], k[gen], r[gen], rho[gen]
+        beta = np.where(hh * kk < 0, 0.5, 0.0)
+        out[gen] = (0.5 * _Phi(hh) + 0.5 * _Phi(kk) - special.owens_t(hh, (kk - pp * hh) / (hh * rr))
+                    - special.owens_t(kk, (hh - pp * kk) / (kk * rr)) - beta)
+        one = hz & ~kz   # Φ₂(0, k) = ½Φ(k) − T(k, −ρ/r)
+        out[one] = 0.5 * _Phi(k[one]) - special.owens_t(k[one], -rho[one] / r[one])
+        other = kz & ~hz
+        out[other] = 0.5 * _Phi(h[other]) - special.owens_t(h[other], -rho[other] / r[other])
+    out[both] = 0.25 + np.arcsin(rho[both]) / (2 * np.pi)
+    return out
+
+
+def _relu_standard(h: np.ndarray, k: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """``E[(X + h)₊ (Y + k)₊]`` for standard ``(X, Y)`` with correlation ``ρ`` (arrays of one shape)."""
+    h, k, rho = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (h, k, rho)))
+    rho = np.clip(rho, -1.0, 1.0)
+    r = np.sqrt(np.maximum(0.0, (1.0 - rho) * (1.0 + rho)))
+    out = np.empty(h.shape)
+    gen = r >= _PARALLEL
+    hh, kk, pp, rr = h[gen], k[gen], rho[gen], r[gen]
+    p2 = _bivariate_cdf(hh, kk, pp, rr)
+    ph, pk = _phi(hh), _phi(kk)
+    ca, cb = _Phi((kk - pp * hh) / rr), _Phi((hh - pp * kk) / rr)   # P(Y > −k | X = −h), P(X > −h | Y = −k)
+    ex = ph * ca + pp * pk * cb                                       # E[X; X > −h, Y > −k]
+    ey = pp * ph * ca + pk * cb                                       # E[Y; …]
+    dens = rr / (2 * np.pi) * np.exp(-(hh * hh - 2 * pp * hh * kk + kk * kk) / (2 * rr * rr))   # r² φ₂(h, k; ρ)
+    exy = pp * p2 - pp * hh * ph * ca - pp * kk * pk * cb + dens     # E[XY; …]
+    out[gen] = exy + kk * ex + hh * ey + hh * kk * p2
+    up = ~gen & (rho > 0)             # Y = X: ∫_{x > −m} (x + h)(x + k) φ, m = min(h, k)
+    hu, ku = h[up], k[up]
+    m = np.minimum(hu, ku)
+    out[up] = (1 + hu * ku) * _Phi(m) + (hu + ku - m) * _phi(m)
+    down = ~gen & (rho <= 0)          # Y = −X: ∫_{−h}^{k} (x + h)(k − x) φ when k > −h
+    hd, kd = h[down], k[down]
+    i0 = _Phi(kd) - _Phi(-hd)
+    i1 = _phi(hd) - _phi(kd)
+    i2 = _Phi(kd) - kd * _phi(kd) - _Phi(-hd) - hd * _phi(hd)
+    out[down] = np.where(kd + hd > 0, -i2 + (kd - hd) * i1 + hd * kd * i0, 0.0)
+    return out
+
+
+def relu_pair_moments(b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndarray,
+                      c: np.ndarray) -> np.ndarray:
+    """``E[relu(u) relu(v)]`` for Gaussian ``(u, v)`` with means ``(b1, b2)``, standard deviations ``(s1, s2) > 0``
+    and covariance ``c`` (Rosenbaum's truncated bivariate moments, ``Φ₂`` by Owen's ``T``)."""
+    return s1 * s2 * _relu_standard(b1 / s1, b2 / s2, c / (s1 * s2))
+
+
+def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
+    x, w = np.polynomial.legendre.leggauss(n)
+    return 0.5 * (x + 1), 0.5 * w     # on [0, 1]
+
+
+def erf_pair_moments(b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``E[erf(u) erf(v)]`` for Gaussian ``(u, v)`` (means ``b``, standard deviations ``s``, covariance ``c``) by
+    Price's theorem (module docstring); the θ-integral by Gauss–Legendre rules of growing size until two agree to
+    :data:`QUADRATURE_TOL`, else :class:`PopulationError`."""
+    b1, s1, b2, s2, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (b1, s1, b2, s2, c)))
+    p1, p2 = 1 + 2 * s1 * s1, 1 + 2 * s2 * s2
+    D = np.sqrt(p1 * p2)
+    theta = np.arcsin(np.clip(2 * c / D, -1.0, 1.0))
+    base = special.erf(b1 / np.sqrt(p1)) * special.erf(b2 / np.sqrt(p2))
+    num0, num1 = p2 * b1 * b1 + p1 * b2 * b2, -2 * D * b1 * b2
+
+    def rule(n: int, idx: np.ndarray) -> np.ndarray:
+        x, w = _gauss_legendre(n)
+        th = theta[idx, None] * x[None, :]
+        cos2 = np.cos(th) ** 2
+        q = (num0[idx, None] + num1[idx, None] * np.sin(th)) / (D[idx, None] ** 2 * cos2)
+        return theta[idx] * (np.exp(-q) @ w)
+
+    flat = [v.ravel() for v in (theta, base)]
+    theta, base = flat
+    num0, num1, D = num0.ravel(), num1.ravel(), D.ravel()
+    todo = np.arange(theta.size)
+    value = rule(_RULES[0], todo)
+    out = np.empty(theta.size)
+    for n in _RULES[1:]:
+        finer = rule(n, todo)
+        ok = np.abs(finer - value) <= QUADRATURE_TOL * (1 + np.abs(finer))
+        out[todo[ok]] = finer[ok]
+        todo, value = todo[~ok], finer[~ok]
+        if todo.size == 0:
+            break
+    if todo.size:
+        raise PopulationError(f"the erf pair moment did not converge in {_RULES[-1]} Gauss–Legendre nodes for "
+                              f"{todo.size} neuron pairs (e.g. ρ = {np.sin(theta[todo[0]]):.6g}); the neurons' "
+                              "scales are too large for this quadrature: measure the loss on a larger test set "
+                              "([training] n_test) instead")
+    return (base + (2 / np.pi) * out).reshape(b1.shape)
+
+
+_RELU = sp.Piecewise((U, U > 0), (0, True))
+#: The closed-form pair moments by the activation's expression (``max(u, 0)`` written out is the same ReLU).
+_PAIR_MOMENTS: list[tuple[tuple[sp.Expr, ...], Callable[..., np.ndarray]]] = [
+    ((_RELU, sp.Max(U, 0)), relu_pair_moments),
+    ((sp.erf(U),), erf_pair_moments),
+]
+
+
+def _pair_rule(act: Activation) -> Callable[..., np.ndarray] | None:
+    for exprs, fn in _PAIR_MOMENTS:
+        if any(act.expr == e for e in exprs):
+            return fn
+    return None
+
+
+def has_exact_population_loss(activation: "str | Activation") -> bool:
+    """Whether :func:`population_loss` has closed-form pair moments for this activation (relu, erf)."""
+    return _pair_rule(get_activation(activation)) is not None
+
+
+def pair_moments(activation: "str | Activation", b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndarray,
+                 c: np.ndarray) -> np.ndarray:
+    """``E[σ(u) σ(v)]`` for Gaussian ``(u, v)`` with means ``(b1, b2)``, standard deviations ``(s1, s2)`` and
+    covariance ``c``, from the activation's closed form (relu, erf); :class:`PopulationError` for the others."""
+    act = get_activation(activation)
+    fn = _pair_rule(act)
+    if fn is None:
+        raise PopulationError(f"the exact population loss has closed-form pair moments for relu and erf only, not "
+                              f"{act.name}; measure the loss on a larger test set ([training] n_test) instead")
+    return fn(*(np.asarray(v, dtype=float) for v in (b1, s1, b2, s2, c)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the loss
+# ----------------------------------------------------------------------------------------------------------------
+def centred_neurons(a: np.ndarray, w: np.ndarray, b: np.ndarray, a0: np.ndarray, w0: np.ndarray, b0: np.ndarray,
+                    out_scale: float, eigenvalues: "np.ndarray | Sequence[float]") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The centred network ``f = c Σ_k a_k σ(w_k·x + b_k) − c Σ_k a⁰_k σ(w⁰_k·x + b⁰_k)`` with ``x = sqrt(g) ∘ z``
+    as one list of ``2N`` neurons on whitened inputs: readouts ``(c a, −c a⁰)``, ``ŵ = sqrt(g) ∘ w`` and biases."""
+    root = np.sqrt(np.asarray(eigenvalues, dtype=float))
+    readout = out_scale * np.concatenate([np.asarray(a, float), -np.asarray(a0, float)])
+    w_hat = np.concatenate([np.asarray(w, float), np.asarray(w0, float)]) * root
+    bias = np.concatenate([np.asarray(b, float), np.asarray(b0, float)])
+    return readout, w_hat, bias
+
+
+def _mode_factor(w_hat: np.ndarray, mode: Mode) -> np.ndarray:
+    """``Π_i ŵ_i^{α_i} / sqrt(α_i!)`` per neuron."""
+    out = np.ones(w_hat.shape[0])
+    for i, n in mode.items:
+        out = out * w_hat[:, i] ** n / np.sqrt(float(np.prod(np.arange(1, n + 1))))
+    return out
+
+
+def population_loss(activation: "str | Activation", readout: np.ndarray, w_hat: np.ndarray, bias: np.ndarray,
+                    target: Target) -> PopulationLoss:
+    """The exact ``½ E[(f − f*)²]`` of ``f(z) = Σ_k readout_k σ(ŵ_k·z + bias_k)`` against ``target`` on
+    ``z ~ N(0, I_d)`` (module docstring): every neuron pair once, the moments from the activation's closed form."""
+    act = get_activation(activation)
+    a = np.asarray(readout, dtype=float)
+    W = np.asarray(w_hat, dtype=float)
+    bv = np.asarray(bias, dtype=float)
+    if W.ndim != 2 or a.shape != (W.shape[0],) or bv.shape != a.shape:
+        raise PopulationError(f"readout, w_hat and bias must have shapes (n,), (n, d), (n,); got {a.shape}, "
+                              f"{W.shape}, {bv.shape}")
+    if W.shape[1] != target.dim:
+        raise PopulationError(f"w_hat has {W.shape[1]} input dimensions but the target {target.expr!r} has "
+                              f"{target.dim}; pass the network of the target's dimension")
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(W)) and np.all(np.isfinite(bv))):
+        raise PopulationError("the network's parameters are not finite; its loss is not defined")
+    s = np.sqrt(np.einsum("kd,kd->k", W, W))
+    keep = s > 0
+    if not np.all(keep):   # a neuron with ŵ = 0 is the constant σ(b): fold it into a constant
+        raise PopulationError("a neuron has ŵ = 0 (a constant unit); the exact loss expects every neuron to see "
+                              "the input")
+    n = a.size
+    iu, ju = np.triu_indices(n)
+    cov = np.einsum("kd,kd->k", W[iu], W[ju])
+    moments = pair_moments(act, bv[iu], s[iu], bv[ju], s[ju], cov)
+    weight = np.where(iu == ju, 1.0, 2.0) * a[iu] * a[ju]
+    network_sq = float(np.dot(weight, moments))
+    orders = tuple(sorted({m.degree for m in target.modes}))
+    table = dict(zip(orders, np.asarray(act.means_numpy(orders)(bv, s)).reshape(len(orders), n)))
+    overlap = 0.0
+    for mode, v in zip(target.modes, target.coefficients):
+        overlap += float(v) * float(a @ (table[mode.degree] * _mode_factor(W, mode)))
+    target_sq = float(np.sum(np.square(target.coefficients)))
+    return PopulationLoss(0.5 * (network_sq - 2 * overlap + target_sq), network_sq, overlap, target_sq)

@@ -1,0 +1,185 @@
+"""The exact population loss (``featureode.kernel.population``) against independent oracles: two-dimensional mpmath
+quadrature of each pair moment, the classical zero-bias kernels (arc-cosine, arcsine), one-dimensional limits at
+ρ = ±1, Monte Carlo with stated error bars for whole networks, and a trained network's checkpoint evaluated on
+fresh samples."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import mpmath as mp
+import numpy as np
+import pytest
+import torch
+
+import featureode.kernel.population as population
+from featureode.calculus.activations import get_activation
+from featureode.calculus.targets import parse_target
+from featureode.kernel.population import (PopulationError, centred_neurons, has_exact_population_loss,
+                                          pair_moments, population_loss)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_mlp import small_cfg  # noqa: E402
+
+from featureode.results.trajectory import Trajectory  # noqa: E402
+from featureode.sim.mlp import MLPError, simulate_config  # noqa: E402
+
+
+def _oracle(act: str, b1: float, s1: float, b2: float, s2: float, c: float) -> float:
+    """``E[σ(u) σ(v)] = E_u[σ(u) E[σ(v) | u]]`` by mpmath quadrature at 30 digits over ``u = b1 + s1 ξ`` (split at
+    the ReLU kink), with the conditional mean in closed form: ``v | ξ ~ N(μ, τ²)``, ``μ = b2 + s2 ρ ξ``,
+    ``τ = s2 sqrt(1 − ρ²)``, and ``E[relu] = μΦ(μ/τ) + τφ(μ/τ)``, ``E[erf] = erf(μ/sqrt(1 + 2τ²))`` (neither the
+    bivariate moments nor Price's theorem)."""
+    mp.mp.dps = 30
+    b1, s1, b2, s2, c = (mp.mpf(v) for v in (b1, s1, b2, s2, c))
+    rho = c / (s1 * s2)
+    tau = s2 * mp.sqrt(1 - rho**2)
+    if act == "relu":
+        def inner(mu):
+            return mu * mp.ncdf(mu / tau) + tau * mp.npdf(mu / tau)
+        f, cut = (lambda u: max(u, 0)), -b1 / s1
+    else:
+        def inner(mu):
+            return mp.erf(mu / mp.sqrt(1 + 2 * tau**2))
+        f, cut = mp.erf, 0
+    return float(mp.quad(lambda x: f(b1 + s1 * x) * inner(b2 + s2 * rho * x) * mp.npdf(x), [-mp.inf, cut, mp.inf]))
+
+
+PAIRS = [(0.31, 1.2, -0.45, 0.8, 0.6), (-1.1, 0.7, 0.9, 1.5, -0.8), (0.0, 1.0, 0.4, 0.5, 0.3),
+         (0.0, 0.9, 0.0, 1.3, -0.95), (0.8, 2.5, -0.2, 0.4, 0.97)]   # (b1, s1, b2, s2, ρ); zero biases included
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+@pytest.mark.parametrize("pair", PAIRS)
+def test_pair_moments_match_two_dimensional_quadrature(act, pair):
+    b1, s1, b2, s2, rho = pair
+    c = rho * s1 * s2
+    got = pair_moments(act, np.array([b1]), np.array([s1]), np.array([b2]), np.array([s2]), np.array([c]))[0]
+    assert got == pytest.approx(_oracle(act, b1, s1, b2, s2, c), rel=1e-13, abs=1e-15)
+
+
+def test_zero_bias_pair_moments_are_the_classical_kernels():
+    """Arc-cosine kernel ``s1 s2 (sin θ + (π − θ) cos θ)/(2π)`` (ReLU) and arcsine kernel
+    ``(2/π) arcsin(2c/sqrt((1 + 2s1²)(1 + 2s2²)))`` (erf) at zero bias, over ρ ∈ [−1, 1]."""
+    rng = np.random.default_rng(3)
+    s1, s2 = np.exp(rng.normal(size=200)), np.exp(rng.normal(size=200))
+    rho = np.concatenate([rng.uniform(-1, 1, 196), [-1.0, 1.0, 1 - 1e-12, -1 + 1e-12]])
+    c, zero = rho * s1 * s2, np.zeros(200)
+    theta = np.arccos(rho)
+    arccos = s1 * s2 * (np.sin(theta) + (np.pi - theta) * np.cos(theta)) / (2 * np.pi)
+    np.testing.assert_allclose(pair_moments("relu", zero, s1, zero, s2, c), arccos, rtol=1e-12, atol=1e-15)
+    arcsin = (2 / np.pi) * np.arcsin(2 * c / np.sqrt((1 + 2 * s1**2) * (1 + 2 * s2**2)))
+    np.testing.assert_allclose(pair_moments("erf", zero, s1, zero, s2, c), arcsin, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_parallel_neurons_are_the_one_dimensional_limit_and_continuous(act, sign):
+    """At ρ = ±1 (a neuron with itself, or one that has not moved from its initial copy) the moment is the 1-D
+    integral ``E[σ(b1 + s1 ξ) σ(b2 ± s2 ξ)]`` (mpmath), and ρ = ±(1 − 1e-12) is within 1e-11 of it."""
+    b1, s1, b2, s2 = 0.3, 1.2, -0.1, 0.9
+    f = {"relu": lambda u: max(u, 0), "erf": mp.erf}[act]
+    cuts = sorted({-b1 / s1, -sign * b2 / s2}) if act == "relu" else [0]
+    ref = float(mp.quad(lambda x: f(b1 + s1 * x) * f(b2 + sign * s2 * x) * mp.npdf(x), [-mp.inf, *cuts, mp.inf]))
+    args = [np.array([v]) for v in (b1, s1, b2, s2)]
+    at = pair_moments(act, *args[:4], np.array([sign * s1 * s2]))[0]
+    near = pair_moments(act, *args[:4], np.array([sign * (1 - 1e-12) * s1 * s2]))[0]
+    assert at == pytest.approx(ref, rel=1e-12, abs=1e-15)
+    assert abs(near - ref) < 1e-11
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+@pytest.mark.parametrize("expr", ["h2(z0)*z1", "z0 + h3(z1)", "z0*z1*z2"])
+def test_population_loss_matches_monte_carlo(act, expr):
+    """A random 40-neuron network on d = 4 against 2·10⁶ Gaussian samples: within 4 standard errors (the error bar
+    from 20 independent batches)."""
+    rng = np.random.default_rng(abs(hash((act, expr))) % 2**32)
+    d, n = 4, 40
+    target = parse_target(expr, d)
+    a, W, b = rng.normal(size=n) / np.sqrt(n), 0.8 * rng.normal(size=(n, d)), 0.5 * rng.normal(size=n)
+    exact = population_loss(act, a, W, b, target)
+    sigma = get_activation(act).numpy()
+    batches = []
+    for _ in range(20):
+        z = rng.normal(size=(100_000, d))
+        batches.append(0.5 * np.mean((sigma(z @ W.T + b) @ a - target.evaluate(z)) ** 2))
+    mean, se = np.mean(batches), np.std(batches, ddof=1) / math.sqrt(len(batches))
+    assert abs(exact.loss - mean) < 4 * se, (exact.loss, mean, se)
+    assert exact.target_sq == pytest.approx(float(np.sum(target.coefficients ** 2)))
+    assert exact.loss == pytest.approx(0.5 * (exact.network_sq - 2 * exact.overlap + exact.target_sq))
+
+
+def test_centred_network_at_init_has_the_target_norm_as_loss():
+    """Trained neurons equal to their initial copies: ``f = 0``, so ``L = ½Σv²`` to round-off (every pair of a
+    neuron with its copy takes the ρ = 1 branch)."""
+    rng = np.random.default_rng(0)
+    a, w, b = rng.normal(size=64), rng.normal(size=(64, 5)), 0.5 * rng.normal(size=64)
+    g = 1.0 / np.arange(1, 6) ** 1.5
+    target = parse_target("h2(z0)*z1 + 0.5*z2", 5)
+    for act in ("relu", "erf"):
+        loss = population_loss(act, *centred_neurons(a, w, b, a, w, b, 1 / (0.5 * 64), g), target)
+        assert abs(loss.network_sq) < 1e-13 and abs(loss.overlap) < 1e-13
+        assert loss.ratio == pytest.approx(1.0, abs=1e-12)
+
+
+def test_bad_input_is_one_line_error(monkeypatch):
+    target = parse_target("z0*z1", 3)
+    a, W, b = np.ones(4), np.ones((4, 3)), np.zeros(4)
+    assert not has_exact_population_loss("tanh") and has_exact_population_loss("max(u, 0)")
+    with pytest.raises(PopulationError, match="relu and erf only, not tanh.*n_test"):
+        population_loss("tanh", a, W, b, target)
+    with pytest.raises(PopulationError, match="3 input dimensions|has 3"):
+        population_loss("relu", a, np.ones((4, 2)), b, target)
+    with pytest.raises(PopulationError, match="shapes"):
+        population_loss("relu", a[:3], W, b, target)
+    with pytest.raises(PopulationError, match="not finite"):
+        population_loss("relu", a * np.nan, W, b, target)
+    monkeypatch.setattr(population, "_RULES", (2, 3))   # far too few nodes: the quadrature is refused, not trusted
+    with pytest.raises(PopulationError, match="did not converge"):
+        population_loss("erf", a, 3 * np.random.default_rng(1).normal(size=(4, 3)), b + 1.0, target)
+
+
+def _network(params: dict, g: np.ndarray, z: torch.Tensor, c: float) -> torch.Tensor:
+    """The centred meanfield network written out again (theory §3), for the checkpoint test."""
+    x = z * torch.tensor(np.sqrt(g))
+    p = {k: v[0].double() for k, v in params.items()}
+    live = torch.relu(x @ p["w"].T + p["b"]) @ p["a"]
+    init = torch.relu(x @ p["w0"].T + p["b0"]) @ p["a0"]
+    return c * (live - init)
+
+
+def test_simulator_records_the_exact_loss_of_the_trained_network(tmp_path):
+    """``[training] exact_loss``: the recorded ``loss_exact`` starts at ``½Σv²``; at the end it is the loss of the
+    checkpointed network on 4·10⁵ fresh samples within 4 standard errors; the test-set loss and its crossing
+    times are unchanged by asking for it."""
+    base = dict(t_max=6.0, n_test=4000, checkpoint_every=10**6, dtype="float64")
+    cfg = small_cfg("z0*z1 + 0.5*h2(z2)", dim=5, width=64, **base, exact_loss=True)
+    tr = simulate_config(cfg, out_dir=tmp_path / "exact", progress=False)
+    plain = simulate_config(small_cfg("z0*z1 + 0.5*h2(z2)", dim=5, width=64, **base), progress=False)
+    np.testing.assert_array_equal(tr.loss, plain.loss)
+    assert "loss_exact" not in plain.arrays and tr.meta["digest"] != plain.meta["digest"]
+    target = cfg.target_obj()
+    half_norm = 0.5 * float(np.sum(np.square(target.coefficients)))
+    assert tr.arrays["loss_exact"][0] == pytest.approx(half_norm, rel=1e-12)
+    assert tr.arrays["loss_exact"][-1] < 0.9 * half_norm          # it learned something: the check below bites
+    params = torch.load(tmp_path / "exact" / "checkpoint.pt", weights_only=False)["params"]
+    g = cfg.spectrum().g
+    gen = torch.Generator().manual_seed(7)
+    batches = []
+    for _ in range(20):
+        z = torch.randn(20_000, g.size, generator=gen, dtype=torch.float64)
+        f = _network(params, g, z, 1 / (0.5 * 64))
+        batches.append(float(0.5 * ((f - target.evaluate(z)) ** 2).mean()))
+    mean, se = np.mean(batches), np.std(batches, ddof=1) / math.sqrt(len(batches))
+    assert abs(tr.arrays["loss_exact"][-1] - mean) < 4 * se, (tr.arrays["loss_exact"][-1], mean, se)
+    assert tr.arrays["loss_exact_ratio"] == pytest.approx(tr.arrays["loss_exact"] / half_norm)
+    back = Trajectory.load(tmp_path / "exact")          # what compare and the sweeps read again
+    np.testing.assert_array_equal(back.arrays["loss_exact"], tr.arrays["loss_exact"])
+    assert back.meta["t50_exact"] == tr.meta["t50_exact"]
+
+
+def test_exact_loss_for_an_activation_without_pair_moments_is_refused():
+    cfg = small_cfg(exact_loss=True).replace(network={"activation": "tanh"})
+    with pytest.raises(MLPError, match="exact_loss needs closed-form pair moments.*tanh.*n_test"):
+        simulate_config(cfg, progress=False)
