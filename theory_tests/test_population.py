@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+import zlib
 from pathlib import Path
 
 import mpmath as mp
@@ -47,7 +48,9 @@ def _oracle(act: str, b1: float, s1: float, b2: float, s2: float, c: float) -> f
 
 
 PAIRS = [(0.31, 1.2, -0.45, 0.8, 0.6), (-1.1, 0.7, 0.9, 1.5, -0.8), (0.0, 1.0, 0.4, 0.5, 0.3),
-         (0.0, 0.9, 0.0, 1.3, -0.95), (0.8, 2.5, -0.2, 0.4, 0.97)]   # (b1, s1, b2, s2, ρ); zero biases included
+         (0.0, 0.9, 0.0, 1.3, -0.95), (0.8, 2.5, -0.2, 0.4, 0.97), (0.5, 1.0, 0.7, 0.8, 0.4),
+         (-0.6, 1.1, -0.3, 0.9, -0.5), (0.4, 1.0, 0.0, 0.8, 0.5), (2.5, 0.3, -3.0, 0.6, 0.2)]
+# (b1, s1, b2, s2, ρ): biases of opposite and of the same sign, zero biases (one or both), large |b/s|
 
 
 @pytest.mark.parametrize("act", ["relu", "erf"])
@@ -89,23 +92,94 @@ def test_parallel_neurons_are_the_one_dimensional_limit_and_continuous(act, sign
     assert abs(near - ref) < 1e-11
 
 
+def test_nearly_parallel_relu_pairs_keep_their_digits():
+    """A trained neuron beside its initial copy: ρ = 1 − δ with equal standardised biases (h = k, not dyadic). Given
+    ``1 − ρ`` without cancellation, the moment matches the 30-digit oracle to 1e-13 relative for δ down to 1e-13."""
+    b, s1, s2 = 0.3137, 1.1, 0.9
+    for delta in (1e-4, 1e-7, 1e-10, 1e-13):
+        rho = mp.mpf(1) - mp.mpf(delta)
+        c = float(rho * s1 * s2)
+        got = pair_moments("relu", np.array([b * s1]), np.array([s1]), np.array([b * s2]), np.array([s2]),
+                           np.array([c]), one_minus=np.array([delta]), one_plus=np.array([2 - delta]))[0]
+        mp.mp.dps = 40
+        tau = s2 * mp.sqrt(1 - rho**2)
+        ref = float(mp.quad(lambda x: max(b * s1 + s1 * x, 0) * (lambda mu: mu * mp.ncdf(mu / tau) + tau * mp.npdf(
+            mu / tau))(b * s2 + s2 * rho * x) * mp.npdf(x), [-mp.inf, -b, mp.inf]))
+        assert got == pytest.approx(ref, rel=1e-13), delta
+
+
+@pytest.mark.parametrize(("act", "order"), [("relu", 1), ("relu", 3), ("relu", 25), ("erf", 1), ("erf", 3),
+                                             ("erf", 8)])
+def test_overlap_matches_one_dimensional_quadrature(act, order):
+    """``E[f h_n(z)]`` of one neuron on d = 1 against mpmath: Stein's lemma's ``m_n ŵ^n/sqrt(n!)`` with its
+    normalisation, up to order 25 (whose ``n!`` overflows 64-bit integers)."""
+    w, b = 1.5, 0.4
+    target = parse_target(f"h{order}(z0)" if order > 1 else "z0", 1)
+    got = population_loss(act, np.array([1.0]), np.array([[w]]), np.array([b]), target).overlap
+    mp.mp.dps = 30
+    f = {"relu": lambda u: max(u, 0), "erf": mp.erf}[act]
+    h = lambda z: mp.hermite(order, z / mp.sqrt(2)) / mp.sqrt(2) ** order / mp.sqrt(mp.factorial(order))  # noqa: E731
+    ref = mp.quad(lambda z: f(w * z + b) * h(z) * mp.npdf(z), [-mp.inf, -b / w, mp.inf])
+    assert got == pytest.approx(float(ref), rel=1e-9, abs=1e-14)
+
+
+def test_overlap_of_a_two_direction_mode_matches_quadrature():
+    """``E[erf(ŵ·z + b) h_2(z_0) z_1]`` on d = 2 against two-dimensional adaptive quadrature (SciPy)."""
+    from scipy import integrate, special
+
+    w, b = np.array([0.9, -0.7]), 0.3
+    got = population_loss("erf", np.array([1.0]), w[None, :], np.array([b]), parse_target("h2(z0)*z1", 2)).overlap
+    ref, err = integrate.dblquad(lambda y, x: special.erf(w[0] * x + w[1] * y + b) * (x * x - 1) / math.sqrt(2) * y
+                                 * np.exp(-(x * x + y * y) / 2) / (2 * np.pi), -12, 12, -12, 12, epsabs=1e-12)
+    assert err < 1e-8 and got == pytest.approx(ref, rel=1e-7, abs=10 * err)
+
+
+def test_nearly_lazy_network_keeps_its_small_loss():
+    """Trained neurons 1e-4 away from their initial copies (N = 50, c = 1/(γN) with γ = 0.05): ``E[f²]`` is a small
+    difference of large pair sums, and must still match Monte Carlo of ``f²`` itself (4 s.e., 2·10⁶ samples)."""
+    rng = np.random.default_rng(11)
+    n, d = 50, 3
+    a0, w0, b0 = rng.normal(size=n), rng.normal(size=(n, d)), 0.5 * rng.normal(size=n)
+    a, w, b = a0 + 1e-4 * rng.normal(size=n), w0 + 1e-4 * rng.normal(size=(n, d)), b0 + 1e-4 * rng.normal(size=n)
+    g = np.array([1.0, 0.5, 0.25])
+    c = 1 / (0.05 * n)
+    target = parse_target("z0*z1", d)
+    for act in ("relu", "erf"):
+        exact = population_loss(act, *centred_neurons(a, w, b, a0, w0, b0, c, g), target)
+        sigma = get_activation(act).numpy()
+        batches = []
+        for _ in range(20):
+            x = rng.normal(size=(100_000, d)) * np.sqrt(g)
+            f = c * (sigma(x @ w.T + b) @ a - sigma(x @ w0.T + b0) @ a0)
+            batches.append(np.mean(f * f))
+        mean, se = np.mean(batches), np.std(batches, ddof=1) / math.sqrt(len(batches))
+        assert abs(exact.network_sq - mean) < 4 * se and se < 0.05 * mean, (act, exact.network_sq, mean, se)
+
+
 @pytest.mark.parametrize("act", ["relu", "erf"])
 @pytest.mark.parametrize("expr", ["h2(z0)*z1", "z0 + h3(z1)", "z0*z1*z2"])
 def test_population_loss_matches_monte_carlo(act, expr):
     """A random 40-neuron network on d = 4 against 2·10⁶ Gaussian samples: within 4 standard errors (the error bar
-    from 20 independent batches)."""
-    rng = np.random.default_rng(abs(hash((act, expr))) % 2**32)
+    from 20 independent batches), the loss and the overlap ``E[f f*]`` each (the network is given readouts along the
+    target so that the overlap is well above its error bar)."""
+    rng = np.random.default_rng(zlib.crc32(f"{act}|{expr}".encode()))
     d, n = 4, 40
     target = parse_target(expr, d)
-    a, W, b = rng.normal(size=n) / np.sqrt(n), 0.8 * rng.normal(size=(n, d)), 0.5 * rng.normal(size=n)
-    exact = population_loss(act, a, W, b, target)
+    W, b = 0.8 * rng.normal(size=(n, d)), 0.5 * rng.normal(size=n)
     sigma = get_activation(act).numpy()
-    batches = []
+    z = rng.normal(size=(50_000, d))   # readouts: the least-squares fit of f* by these neurons (a large overlap)
+    a = np.linalg.lstsq(sigma(z @ W.T + b), target.evaluate(z), rcond=None)[0]
+    exact = population_loss(act, a, W, b, target)
+    losses, overlaps = [], []
     for _ in range(20):
         z = rng.normal(size=(100_000, d))
-        batches.append(0.5 * np.mean((sigma(z @ W.T + b) @ a - target.evaluate(z)) ** 2))
-    mean, se = np.mean(batches), np.std(batches, ddof=1) / math.sqrt(len(batches))
-    assert abs(exact.loss - mean) < 4 * se, (exact.loss, mean, se)
+        f, y = sigma(z @ W.T + b) @ a, target.evaluate(z)
+        losses.append(0.5 * np.mean((f - y) ** 2))
+        overlaps.append(np.mean(f * y))
+    for value, batches in ((exact.loss, losses), (exact.overlap, overlaps)):
+        mean, se = np.mean(batches), np.std(batches, ddof=1) / math.sqrt(len(batches))
+        assert abs(value - mean) < 4 * se, (value, mean, se)
+    assert abs(exact.overlap) > 20 * np.std(overlaps, ddof=1) / math.sqrt(20)
     assert exact.target_sq == pytest.approx(float(np.sum(target.coefficients ** 2)))
     assert exact.loss == pytest.approx(0.5 * (exact.network_sq - 2 * exact.overlap + exact.target_sq))
 

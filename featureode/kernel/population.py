@@ -41,6 +41,7 @@ and the loss against Monte Carlo with stated error bars (``theory_tests/test_pop
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -94,20 +95,22 @@ def _phi(x: np.ndarray) -> np.ndarray:
     return np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
 
 
-def _bivariate_cdf(h: np.ndarray, k: np.ndarray, rho: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """``Φ₂(h, k; ρ) = P(X < h, Y < k)`` for ``|ρ| < 1`` (``r = sqrt(1 − ρ²) > 0``) by Owen's ``T``:
-    ``½Φ(h) + ½Φ(k) − T(h, (k − ρh)/(h r)) − T(k, (h − ρk)/(k r)) − β`` with ``β = ½`` when ``h k < 0`` or
-    (``h k = 0`` and ``h + k < 0``); at ``h = 0`` the first ``T`` and ``β`` combine to ``¼ − ½Φ(0)``, likewise at
-    ``k = 0``, and at ``h = k = 0`` it is ``¼ + arcsin(ρ)/(2π)``."""
+def _bivariate_cdf(h: np.ndarray, k: np.ndarray, rho: np.ndarray, r: np.ndarray, nh: np.ndarray,
+                   nk: np.ndarray) -> np.ndarray:
+    """``Φ₂(h, k; ρ) = P(X < h, Y < k)`` for ``|ρ| < 1`` (``r = sqrt(1 − ρ²) > 0``; ``nh = k − ρh`` and
+    ``nk = h − ρk`` computed without cancellation by the caller) by Owen's ``T``:
+    ``½Φ(h) + ½Φ(k) − T(h, nh/(h r)) − T(k, nk/(k r)) − β`` with ``β = ½`` when ``h`` and ``k`` have opposite signs;
+    at ``h = 0`` the first ``T`` and ``β`` combine to ``¼ − ½Φ(0)``, likewise at ``k = 0``, and at ``h = k = 0`` it is
+    ``¼ + arcsin(ρ)/(2π)``."""
     out = np.empty_like(h)
     hz, kz = h == 0, k == 0
     both = hz & kz
     gen = ~hz & ~kz
     with np.errstate(divide="ignore", invalid="ignore"):
-        hh, kk, rr, pp = h[gen], k[gen], r[gen], rho[gen]
-        beta = np.where(hh * kk < 0, 0.5, 0.0)
-        out[gen] = (0.5 * _Phi(hh) + 0.5 * _Phi(kk) - special.owens_t(hh, (kk - pp * hh) / (hh * rr))
-                    - special.owens_t(kk, (hh - pp * kk) / (kk * rr)) - beta)
+        hh, kk, rr = h[gen], k[gen], r[gen]
+        beta = np.where(np.sign(hh) != np.sign(kk), 0.5, 0.0)   # signs, not h·k: that product can underflow
+        out[gen] = (0.5 * _Phi(hh) + 0.5 * _Phi(kk) - special.owens_t(hh, nh[gen] / (hh * rr))
+                    - special.owens_t(kk, nk[gen] / (kk * rr)) - beta)
         one = hz & ~kz   # Φ₂(0, k) = ½Φ(k) − T(k, −ρ/r)
         out[one] = 0.5 * _Phi(k[one]) - special.owens_t(k[one], -rho[one] / r[one])
         other = kz & ~hz
@@ -116,22 +119,30 @@ def _bivariate_cdf(h: np.ndarray, k: np.ndarray, rho: np.ndarray, r: np.ndarray)
     return out
 
 
-def _relu_standard(h: np.ndarray, k: np.ndarray, rho: np.ndarray) -> np.ndarray:
-    """``E[(X + h)₊ (Y + k)₊]`` for standard ``(X, Y)`` with correlation ``ρ`` (arrays of one shape)."""
+def _relu_standard(h: np.ndarray, k: np.ndarray, rho: np.ndarray, one_minus: np.ndarray | None = None,
+                   one_plus: np.ndarray | None = None) -> np.ndarray:
+    """``E[(X + h)₊ (Y + k)₊]`` for standard ``(X, Y)`` with correlation ``ρ`` (arrays of one shape).
+
+    ``one_minus = 1 − ρ`` and ``one_plus = 1 + ρ`` may be given computed without cancellation (from the unit
+    vectors, as :func:`population_loss` does for nearly parallel neurons): ``k − ρh = (k − h) + (1 − ρ) h`` and
+    ``h² − 2ρhk + k² = (h − k)² + 2(1 − ρ) hk`` (for ``ρ > 0``; with ``1 + ρ`` for ``ρ ≤ 0``) then keep their digits
+    when ``h ≈ k`` and ``ρ ≈ 1``, a trained neuron beside its initial copy."""
     h, k, rho = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (h, k, rho)))
     rho = np.clip(rho, -1.0, 1.0)
-    r = np.sqrt(np.maximum(0.0, (1.0 - rho) * (1.0 + rho)))
+    omr = np.maximum(0.0, 1.0 - rho if one_minus is None else np.broadcast_to(one_minus, h.shape))
+    opr = np.maximum(0.0, 1.0 + rho if one_plus is None else np.broadcast_to(one_plus, h.shape))
+    r = np.sqrt(omr * opr)
     out = np.empty(h.shape)
     gen = r >= _PARALLEL
-    hh, kk, pp, rr = h[gen], k[gen], rho[gen], r[gen]
-    p2 = _bivariate_cdf(hh, kk, pp, rr)
-    ph, pk = _phi(hh), _phi(kk)
-    ca, cb = _Phi((kk - pp * hh) / rr), _Phi((hh - pp * kk) / rr)   # P(Y > −k | X = −h), P(X > −h | Y = −k)
-    ex = ph * ca + pp * pk * cb                                       # E[X; X > −h, Y > −k]
-    ey = pp * ph * ca + pk * cb                                       # E[Y; …]
-    dens = rr / (2 * np.pi) * np.exp(-(hh * hh - 2 * pp * hh * kk + kk * kk) / (2 * rr * rr))   # r² φ₂(h, k; ρ)
-    exy = pp * p2 - pp * hh * ph * ca - pp * kk * pk * cb + dens     # E[XY; …]
-    out[gen] = exy + kk * ex + hh * ey + hh * kk * p2
+    hh, kk, pp, rr, om, op = h[gen], k[gen], rho[gen], r[gen], omr[gen], opr[gen]
+    pos = pp > 0
+    nh = np.where(pos, (kk - hh) + om * hh, (kk + hh) - op * hh)      # k − ρh
+    nk = np.where(pos, (hh - kk) + om * kk, (hh + kk) - op * kk)      # h − ρk
+    quad = np.where(pos, (hh - kk) ** 2 + 2 * om * hh * kk, (hh + kk) ** 2 - 2 * op * hh * kk)   # h² − 2ρhk + k²
+    p2 = _bivariate_cdf(hh, kk, pp, rr, nh, nk)
+    ca, cb = _Phi(nh / rr), _Phi(nk / rr)      # P(Y > −k | X = −h), P(X > −h | Y = −k)
+    dens = rr / (2 * np.pi) * np.exp(-quad / (2 * rr * rr))            # r² φ₂(h, k; ρ)
+    out[gen] = (hh * kk + pp) * p2 + kk * _phi(hh) * ca + hh * _phi(kk) * cb + dens
     up = ~gen & (rho > 0)             # Y = X: ∫_{x > −m} (x + h)(x + k) φ, m = min(h, k)
     hu, ku = h[up], k[up]
     m = np.minimum(hu, ku)
@@ -145,11 +156,12 @@ def _relu_standard(h: np.ndarray, k: np.ndarray, rho: np.ndarray) -> np.ndarray:
     return out
 
 
-def relu_pair_moments(b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndarray,
-                      c: np.ndarray) -> np.ndarray:
+def relu_pair_moments(b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndarray, c: np.ndarray,
+                      one_minus: np.ndarray | None = None, one_plus: np.ndarray | None = None) -> np.ndarray:
     """``E[relu(u) relu(v)]`` for Gaussian ``(u, v)`` with means ``(b1, b2)``, standard deviations ``(s1, s2) > 0``
-    and covariance ``c`` (Rosenbaum's truncated bivariate moments, ``Φ₂`` by Owen's ``T``)."""
-    return s1 * s2 * _relu_standard(b1 / s1, b2 / s2, c / (s1 * s2))
+    and covariance ``c`` (Rosenbaum's truncated bivariate moments, ``Φ₂`` by Owen's ``T``); ``one_minus``/``one_plus``:
+    ``1 ∓ ρ`` computed without cancellation, when known (:func:`_relu_standard`)."""
+    return s1 * s2 * _relu_standard(b1 / s1, b2 / s2, c / (s1 * s2), one_minus, one_plus)
 
 
 def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -157,10 +169,12 @@ def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     return 0.5 * (x + 1), 0.5 * w     # on [0, 1]
 
 
-def erf_pair_moments(b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndarray, c: np.ndarray) -> np.ndarray:
+def erf_pair_moments(b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndarray, c: np.ndarray,
+                     one_minus: np.ndarray | None = None, one_plus: np.ndarray | None = None) -> np.ndarray:
     """``E[erf(u) erf(v)]`` for Gaussian ``(u, v)`` (means ``b``, standard deviations ``s``, covariance ``c``) by
     Price's theorem (module docstring); the θ-integral by Gauss–Legendre rules of growing size until two agree to
-    :data:`QUADRATURE_TOL`, else :class:`PopulationError`."""
+    :data:`QUADRATURE_TOL`, else :class:`PopulationError`. (``one_minus``/``one_plus`` are not needed: the range
+    ``θ* = arcsin(2c/D)`` has no cancellation.)"""
     b1, s1, b2, s2, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (b1, s1, b2, s2, c)))
     p1, p2 = 1 + 2 * s1 * s1, 1 + 2 * s2 * s2
     D = np.sqrt(p1 * p2)
@@ -175,9 +189,9 @@ def erf_pair_moments(b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndar
         q = (num0[idx, None] + num1[idx, None] * np.sin(th)) / (D[idx, None] ** 2 * cos2)
         return theta[idx] * (np.exp(-q) @ w)
 
-    flat = [v.ravel() for v in (theta, base)]
-    theta, base = flat
+    theta, base = theta.ravel(), base.ravel()
     num0, num1, D = num0.ravel(), num1.ravel(), D.ravel()
+    scale1, scale2, cov = s1.ravel(), s2.ravel(), c.ravel()
     todo = np.arange(theta.size)
     value = rule(_RULES[0], todo)
     out = np.empty(theta.size)
@@ -189,10 +203,12 @@ def erf_pair_moments(b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndar
         if todo.size == 0:
             break
     if todo.size:
+        j = todo[0]
         raise PopulationError(f"the erf pair moment did not converge in {_RULES[-1]} Gauss–Legendre nodes for "
-                              f"{todo.size} neuron pairs (e.g. ρ = {np.sin(theta[todo[0]]):.6g}); the neurons' "
-                              "scales are too large for this quadrature: measure the loss on a larger test set "
-                              "([training] n_test) instead")
+                              f"{todo.size} neuron pairs (e.g. |ŵ| = {scale1[j]:.4g} and {scale2[j]:.4g}, "
+                              f"correlation {cov[j] / (scale1[j] * scale2[j]):.8f}); the neurons' scales are too "
+                              "large for this quadrature: measure the loss on a larger test set ([training] n_test) "
+                              "instead")
     return (base + (2 / np.pi) * out).reshape(b1.shape)
 
 
@@ -217,15 +233,51 @@ def has_exact_population_loss(activation: "str | Activation") -> bool:
 
 
 def pair_moments(activation: "str | Activation", b1: np.ndarray, s1: np.ndarray, b2: np.ndarray, s2: np.ndarray,
-                 c: np.ndarray) -> np.ndarray:
+                 c: np.ndarray, one_minus: np.ndarray | None = None,
+                 one_plus: np.ndarray | None = None) -> np.ndarray:
     """``E[σ(u) σ(v)]`` for Gaussian ``(u, v)`` with means ``(b1, b2)``, standard deviations ``(s1, s2)`` and
-    covariance ``c``, from the activation's closed form (relu, erf); :class:`PopulationError` for the others."""
-    act = get_activation(activation)
+    covariance ``c``, from the activation's closed form (relu, erf); :class:`PopulationError` for the others.
+    ``one_minus``/``one_plus``: ``1 ∓ ρ``, ``ρ = c/(s1 s2)``, computed without cancellation when known."""
+    fn = _rule_or_error(get_activation(activation))
+    return fn(*(np.asarray(v, dtype=float) for v in (b1, s1, b2, s2, c)), one_minus, one_plus)
+
+
+def _rule_or_error(act: Activation) -> Callable[..., np.ndarray]:
     fn = _pair_rule(act)
     if fn is None:
         raise PopulationError(f"the exact population loss has closed-form pair moments for relu and erf only, not "
                               f"{act.name}; measure the loss on a larger test set ([training] n_test) instead")
-    return fn(*(np.asarray(v, dtype=float) for v in (b1, s1, b2, s2, c)))
+    return fn
+
+
+#: pairs evaluated at once (a block of rows of the upper triangle): bounds the memory of one loss
+PAIR_BLOCK = 2**18
+_NEAR = 1e-3   # 1 ∓ ρ below this is recomputed from the unit vectors (no cancellation)
+
+
+def _pair_sum(fn: Callable[..., np.ndarray], a: np.ndarray, W: np.ndarray, b: np.ndarray, s: np.ndarray) -> float:
+    """``Σ_{k,l} a_k a_l C_kl`` over the upper triangle (off-diagonal pairs twice), in blocks of rows of at most
+    about :data:`PAIR_BLOCK` pairs, ``c_kl = ŵ_k·ŵ_l`` by one matrix product per block; for nearly (anti)parallel
+    pairs ``1 ∓ ρ = |û_k ∓ û_l|²/2`` from the unit vectors ``û = ŵ/|ŵ|``."""
+    n = a.size
+    unit = W / s[:, None]
+    rows = max(1, PAIR_BLOCK // n)
+    total = 0.0
+    for i0 in range(0, n, rows):
+        i1 = min(n, i0 + rows)
+        cov = W[i0:i1] @ W[i0:].T
+        ii, jj = np.nonzero(np.arange(i0, n)[None, :] >= np.arange(i0, i1)[:, None])
+        gi, gj = i0 + ii, i0 + jj
+        c = cov[ii, jj]
+        rho = c / (s[gi] * s[gj])
+        one_minus, one_plus = 1.0 - rho, 1.0 + rho
+        near = np.flatnonzero(one_minus < _NEAR)
+        one_minus[near] = 0.5 * np.sum((unit[gi[near]] - unit[gj[near]]) ** 2, axis=1)
+        anti = np.flatnonzero(one_plus < _NEAR)
+        one_plus[anti] = 0.5 * np.sum((unit[gi[anti]] + unit[gj[anti]]) ** 2, axis=1)
+        moments = fn(b[gi], s[gi], b[gj], s[gj], c, one_minus, one_plus)
+        total += float(np.dot(np.where(gi == gj, 1.0, 2.0) * a[gi] * a[gj], moments))
+    return total
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -246,7 +298,7 @@ def _mode_factor(w_hat: np.ndarray, mode: Mode) -> np.ndarray:
     """``Π_i ŵ_i^{α_i} / sqrt(α_i!)`` per neuron."""
     out = np.ones(w_hat.shape[0])
     for i, n in mode.items:
-        out = out * w_hat[:, i] ** n / np.sqrt(float(np.prod(np.arange(1, n + 1))))
+        out = out * w_hat[:, i] ** n / math.sqrt(math.factorial(n))
     return out
 
 
@@ -272,11 +324,7 @@ def population_loss(activation: "str | Activation", readout: np.ndarray, w_hat: 
         raise PopulationError("a neuron has ŵ = 0 (a constant unit); the exact loss expects every neuron to see "
                               "the input")
     n = a.size
-    iu, ju = np.triu_indices(n)
-    cov = np.einsum("kd,kd->k", W[iu], W[ju])
-    moments = pair_moments(act, bv[iu], s[iu], bv[ju], s[ju], cov)
-    weight = np.where(iu == ju, 1.0, 2.0) * a[iu] * a[ju]
-    network_sq = float(np.dot(weight, moments))
+    network_sq = _pair_sum(_rule_or_error(act), a, W, bv, s)
     orders = tuple(sorted({m.degree for m in target.modes}))
     table = dict(zip(orders, np.asarray(act.means_numpy(orders)(bv, s)).reshape(len(orders), n)))
     overlap = 0.0

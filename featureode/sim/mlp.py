@@ -74,7 +74,8 @@ import torch
 from featureode.core.provenance import provenance
 from featureode.calculus.hermite import Mode
 from featureode.config import Config, require_config
-from featureode.kernel.population import centred_neurons, has_exact_population_loss, population_loss
+from featureode.kernel.population import (PopulationError, centred_neurons, has_exact_population_loss,
+                                          population_loss)
 from featureode.results.trajectory import Trajectory
 from featureode.sim.batch import MeanFieldBatch, even_chunk
 from featureode.sim.measure import make_test_set
@@ -220,7 +221,12 @@ class Simulation:
             return float("nan")   # a diverged network: the test loss's divergence check reports it
         neurons = centred_neurons(p["a"], p["w"], p["b"], p["a0"], p["w0"], p["b0"], self.net.out_scale[i],
                                   spec.spectrum.g)
-        return population_loss(spec.cfg.network.activation, *neurons, spec.target).loss
+        try:
+            return population_loss(spec.cfg.network.activation, *neurons, spec.target).loss
+        except PopulationError as exc:   # an uncertified value is not recorded; the training goes on
+            warnings.warn(f"run {i} at t = {self.clocks[i].t:.6g}: exact loss not recorded (NaN): {exc}",
+                          RuntimeWarning, stacklevel=2)
+            return float("nan")
 
     def _refresh_eta(self) -> None:
         """``λ_top`` on the probe set and ``η = min(eta_max, eta_safety/λ_top)`` for every active run."""
