@@ -70,6 +70,21 @@ def summary(results: dict) -> str:
                     f"{r['test_set_l0_over_exact']:.3f} | {s50:.1f} → {e50:.1f} ({change(e50, s50)}) | "
                     f"{s10:.1f} → {e10:.1f} ({change(e10, s10)}) | {band(f50 / s50)} → {band(f50 / e50)} | "
                     f"{band(f10 / s10)} → {band(f10 / e10)} |")
+    pairs = sorted({key.rsplit(":", 1)[0] for key in results if key.endswith(":1") and key[:-1] + "0" in results},
+                   key=lambda k: order(k + ":0"))
+    if pairs:
+        rows += ["", "Two networks of one case (seeds 0 and 1, different init draws and test sets): their relative "
+                 "difference |t(0) − t(1)| / mean, measured on the test set and exact.", "",
+                 "| case | t50 stored | t50 exact | t10 stored | t10 exact |", "|---|---|---|---|---|"]
+        for case in pairs:
+            a, b = results[case + ":0"]["times"], results[case + ":1"]["times"]
+
+            def spread(kind: str, level: int) -> str:
+                x, y = a[kind][level], b[kind][level]
+                return f"{200 * abs(x - y) / (x + y):.1f}%" if math.isfinite(x) and math.isfinite(y) else "—"
+
+            rows.append(f"| {case}: {results[case + ':0']['label'].split(': ', 1)[1]} | {spread('stored', 0)} | "
+                        f"{spread('exact', 0)} | {spread('stored', 1)} | {spread('exact', 1)} |")
     return "\n".join(rows) + "\n"
 
 

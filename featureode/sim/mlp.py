@@ -134,6 +134,11 @@ class Simulation:
         set at each measurement; it changes neither the training nor any other measurement)."""
         self.specs = list(specs)
         _check_batch(self.specs)
+        for k, s in enumerate(self.specs):
+            if s.cfg.training.exact_loss and not has_exact_population_loss(s.cfg.network.activation):
+                raise MLPError(f"run {k}: [training] exact_loss needs closed-form pair moments (relu, erf), not "
+                               f"{s.cfg.network.activation!r}; set exact_loss = false and raise [training] n_test "
+                               "for a more precise test-set loss")
         tr = self.specs[0].cfg.training
         self.device = resolve_device(tr.device)
         self.dtype = getattr(torch, tr.dtype)
@@ -146,11 +151,6 @@ class Simulation:
         self.net = MeanFieldBatch.initialize(self.specs, self.device, self.dtype, tr.compile, batched,
                                              self.batch if on_gpu else even_chunk(self.batch, CPU_CHUNK))
         self.net.spread = bool(spread)
-        for k, s in enumerate(self.specs):
-            if s.cfg.training.exact_loss and not has_exact_population_loss(s.cfg.network.activation):
-                raise MLPError(f"run {k}: [training] exact_loss needs closed-form pair moments (relu, erf), not "
-                               f"{s.cfg.network.activation!r}; set exact_loss = false and raise [training] n_test "
-                               "for a more precise test-set loss")
         self.tests = [make_test_set(s.spectrum, s.target, s.modes, s.cfg.training.n_test, stream(s.cfg.training.seed,
                                     "test"), self.device, self.dtype, _measure_chunk(s.cfg.training.n_test, on_gpu))
                       for s in self.specs]
@@ -434,7 +434,8 @@ def simulate_config(cfg: Config, out_dir: "str | Path | None" = None, resume: bo
     ``t10``, ``status``; ``arrays``: ``loss_ratio``, ``eta``, ``lambda_top``, ``steps``, ``lambda_stderr``, ``a2``,
     ``joint``, ``gram``, ``lambda_parts/{readout,weights,bias}`` and their ``lambda_parts_stderr/…``; ``meta``:
     ``t_max``, ``device``, ``dtype``, ``compiled``, ``wall_s``, ``batch_runs``, ``n_test``, ``digest``,
-    ``joint_directions``, ``lambda_parts_estimator``; with ``spread``: ``lambda_second_moment`` and its stderr
-    (see :func:`simulate_batch`)."""
+    ``joint_directions``, ``lambda_parts_estimator``; with ``spread``: ``lambda_second_moment`` and its stderr;
+    with ``[training] exact_loss``: ``loss_exact`` and ``loss_exact_ratio`` (the exact population loss,
+    :mod:`featureode.kernel.population`) and ``meta`` ``t50_exact``, ``t10_exact`` (see :func:`simulate_batch`)."""
     cfg = require_config(cfg, "simulate_config", MLPError)
     return simulate_batch([cfg], out_dir, resume=resume, progress=progress, modes=modes, spread=spread)[0]
