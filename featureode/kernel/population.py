@@ -284,7 +284,8 @@ def _pair_sum(fn: Callable[..., np.ndarray], a: np.ndarray, W: np.ndarray, b: np
 # the loss
 # ----------------------------------------------------------------------------------------------------------------
 def centred_neurons(a: np.ndarray, w: np.ndarray, b: np.ndarray, a0: np.ndarray, w0: np.ndarray, b0: np.ndarray,
-                    out_scale: float, eigenvalues: "np.ndarray | Sequence[float]") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    out_scale: float, eigenvalues: "np.ndarray | Sequence[float]"
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The centred network ``f = c Σ_k a_k σ(w_k·x + b_k) − c Σ_k a⁰_k σ(w⁰_k·x + b⁰_k)`` with ``x = sqrt(g) ∘ z``
     as one list of ``2N`` neurons on whitened inputs: readouts ``(c a, −c a⁰)``, ``ŵ = sqrt(g) ∘ w`` and biases."""
     root = np.sqrt(np.asarray(eigenvalues, dtype=float))
@@ -319,8 +320,7 @@ def population_loss(activation: "str | Activation", readout: np.ndarray, w_hat: 
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(W)) and np.all(np.isfinite(bv))):
         raise PopulationError("the network's parameters are not finite; its loss is not defined")
     s = np.sqrt(np.einsum("kd,kd->k", W, W))
-    keep = s > 0
-    if not np.all(keep):   # a neuron with ŵ = 0 is the constant σ(b): fold it into a constant
+    if not np.all(s > 0):   # a constant unit σ(b): its moments need s > 0 (not built: no network here has one)
         raise PopulationError("a neuron has ŵ = 0 (a constant unit); the exact loss expects every neuron to see "
                               "the input")
     n = a.size

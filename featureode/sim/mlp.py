@@ -211,8 +211,9 @@ class Simulation:
             self._diverged(i, why)
 
     def _exact_loss(self, i: int) -> float | None:
-        """The exact population loss ``½ E[(f − f*)²]`` of run ``i`` (:func:`featureode.kernel.population.population_loss`
-        of its ``2N`` centred neurons, in float64) when its config asks for it (``[training] exact_loss``)."""
+        """The exact population loss ``½ E[(f − f*)²]`` of run ``i`` when its config asks for it (``[training]
+        exact_loss``): :func:`featureode.kernel.population.population_loss` of its ``2N`` centred neurons, in
+        float64."""
         spec = self.specs[i]
         if not spec.cfg.training.exact_loss:
             return None
