@@ -14,7 +14,6 @@ Run:  python docs/validation/test_set_size.py --suite wide2 --cases 26 --n-test 
 """
 from __future__ import annotations
 
-import math
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from multidriver_oracle import case_config, case_label, crossing, emit, picked_cases, suite_parser  # noqa: E402
-from whole_residual import stored  # noqa: E402
+from whole_residual import retraining  # noqa: E402
 from featureode import simulate_config  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 
@@ -41,14 +40,11 @@ def main() -> int:
     out: list[str] = []
     for i, case in picked_cases(args):
         start = time.time()
-        m50, m10 = stored(args.suite, case)[args.seed]
-        if not math.isfinite(m10) and args.t_max is None:
-            raise SystemExit(f"test_set_size: {args.suite}:{i} seed {args.seed} has no stored t10; give --t-max")
-        t_max = args.t_max if args.t_max is not None else round(1.6 * m10, 1)
+        m50, m10, cfg = retraining("test_set_size", args.suite, i, case, args.seed, args.t_max, n_points=80,
+                                   n_test=args.n_test)
+        t_max = cfg.training.t_max
         theory = kernel_theory(case_config(case), basis="target")
         exact = 0.5 * float(np.sum(np.asarray(theory.target, float) ** 2))   # L(0) = ‖f*‖²/2 on the target's modes
-        cfg = case_config(case).replace(training={"t_max": t_max, "threads": 1, "seed": args.seed,
-                                                  "stop_loss": 0.0, "n_points": 80, "n_test": args.n_test})
         with tempfile.TemporaryDirectory() as tmp:
             net = simulate_config(cfg, out_dir=tmp, progress=False)
         t, loss = np.asarray(net.t), np.asarray(net.loss)

@@ -36,11 +36,35 @@ sys.path.insert(0, str(HERE))
 from escape_oracle import case_runs  # noqa: E402
 from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, seed_mean,  # noqa: E402
                                 stored_horizon, suite_parser, write_report)
+from featureode.config import Config  # noqa: E402
 from featureode.core.cache import atomic_bytes  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 
 NAME = "`meanfield+whole`"
+
+
+def keep_result(path: Path, key: str, value: dict) -> None:
+    """Add ``value`` under ``key`` to the JSON table ``path``: under a file lock (other processes may have kept
+    entries meanwhile), written atomically."""
+    with FileLock(str(path) + ".lock"):
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        kept[key] = value
+        atomic_bytes(path, (json.dumps(kept, indent=1) + "\n").encode())
+
+
+def retraining(who: str, suite: str, i: int, case: tuple, seed: int, t_max: "float | None",
+               **training: object) -> tuple[float, float, Config]:
+    """The stored ``(t50, t10)`` of a case's training with ``seed`` and the config that trains it again: the same
+    network (config and seed), to ``t_max`` (default 1.6× the stored t10), one thread, no early stop, with the
+    ``[training]`` keys ``training`` on top."""
+    m50, m10 = stored(suite, case)[seed]
+    if not math.isfinite(m10) and t_max is None:
+        raise SystemExit(f"{who}: {suite}:{i} seed {seed} has no stored t10; give --t-max")
+    t_max = t_max if t_max is not None else round(1.6 * m10, 1)
+    cfg = case_config(case).replace(training={"t_max": t_max, "threads": 1, "seed": seed, "stop_loss": 0.0,
+                                              **training})
+    return m50, m10, cfg
 
 
 def stored(suite: str, case: tuple) -> list[tuple[float, float]]:
@@ -177,10 +201,8 @@ def main() -> int:
                 "ratios_T" not in kept[key] or "not resolved" in kept[key].get("note", ""))):
             continue
         r = score_case(args.suite, case, args.integrator, args.sobol)
-        with FileLock(str(args.json) + ".lock"):   # other processes may have kept cases of this suite meanwhile
-            kept = json.loads(args.json.read_text()) if args.json.exists() else {}
-            kept[key] = r
-            atomic_bytes(args.json, (json.dumps(kept, indent=1) + "\n").encode())
+        keep_result(args.json, key, r)   # other processes may have kept cases of this suite meanwhile
+        kept = json.loads(args.json.read_text())
         print(f"{i}: {r['label']}: {r.get('ratios')} {r.get('note', '')} ({r.get('seconds', 0):.0f} s)",
               file=sys.stderr, flush=True)
     target_name = f"{NAME}, target basis"
