@@ -1,7 +1,7 @@
-"""The exact population loss (``featureode.kernel.population``) against independent oracles: two-dimensional mpmath
-quadrature of each pair moment, the classical zero-bias kernels (arc-cosine, arcsine), one-dimensional limits at
-ρ = ±1, Monte Carlo with stated error bars for whole networks, and a trained network's checkpoint evaluated on
-fresh samples."""
+"""The exact population loss (``featureode.kernel.population``) against independent oracles: mpmath quadrature of
+each pair moment in its conditional form, the classical zero-bias kernels (arc-cosine, arcsine), the one-dimensional
+limits at ρ = ±1, the Stein overlap against 1-D/2-D quadrature, Monte Carlo with stated error bars for whole
+networks (a nearly lazy one included), and a trained network's checkpoint evaluated on fresh samples."""
 from __future__ import annotations
 
 import math
