@@ -16,6 +16,7 @@ Run:  python docs/validation/whole_residual_scores.py [--mlp exact] [--md FILE]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -32,12 +33,17 @@ RATIONAL = {("standard", "target"): (8, 17), ("standard", "extended"): (19, 20),
             ("wide", "extended"): (27, 30), ("wide2", "target"): (5, 20), ("wide2", "extended"): (20, 23)}
 
 
+@functools.cache
+def exact_runs() -> dict:
+    """The trainings kept by ``exact_loss.py`` (``exact_loss.json``), read once."""
+    path = HERE / "exact_loss.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def exact_ratios(suite: str, i: int, n_seeds: int, flow: "list[float] | None") -> "list[list[float]] | None":
     """Per-seed ``[t50, t10]`` ratios of the flow's times ``flow`` over the exact-loss crossing times of a case, when
     every one of its ``n_seeds`` stored trainings was trained again with the exact loss (``exact_loss.json``)."""
-    path = HERE / "exact_loss.json"
-    runs = json.loads(path.read_text()) if path.exists() else {}
-    got = [runs.get(f"{suite}:{i}:{seed}") for seed in range(n_seeds)]
+    got = [exact_runs().get(f"{suite}:{i}:{seed}") for seed in range(n_seeds)]
     if flow is None or not all(got):
         return None
     return [[f / m if math.isfinite(f) and math.isfinite(m) else math.nan

@@ -264,7 +264,7 @@ def _test_set_lines(cfg: Config) -> list[str]:
            else "A larger `[training] n_test` (e.g. 320000) measures the same training more precisely")
     return [f"The MLP's loss is measured on {n} test points. For a target of degree {degree} that makes its t10 "
             f"uncertain by several percent (1–10% at 20 000 points, both ways; docs/validation/test_set_size.md). "
-            f"{fix[0].upper() + fix[1:]}."]
+            f"{fix}."]
 
 
 def report_markdown(report: Report, figure: str = "report.png") -> str:
