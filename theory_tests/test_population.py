@@ -257,3 +257,88 @@ def test_exact_loss_for_an_activation_without_pair_moments_is_refused():
     cfg = small_cfg(exact_loss=True).replace(network={"activation": "tanh"})
     with pytest.raises(MLPError, match="exact_loss needs closed-form pair moments.*tanh.*n_test"):
         simulate_config(cfg, progress=False)
+
+
+def _smoothed_mean(act: str, u, p):
+    """``E_ε[σ(u + p ε)]`` in closed form (mpmath): ``uΦ(u/p) + pφ(u/p)`` for relu, ``erf(u/sqrt(1 + 2p²))`` for erf."""
+    if p == 0:
+        return max(u, 0) if act == "relu" else mp.erf(u)
+    if act == "relu":
+        return u * mp.ncdf(u / p) + p * mp.npdf(u / p)
+    return mp.erf(u / mp.sqrt(1 + 2 * p * p))
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+def test_smoothed_square_matches_quadrature_of_its_definition(act):
+    """``E_z[(Σ_k c_k E_ε[σ(ŵ_k z + b_k + p_k ε_k)])²]`` on one input direction by 30-digit mpmath quadrature of the
+    definition (the smoothed means in closed form, no pair moment): neurons of both signs of ŵ, one with p = 0 (a
+    sharp ridge), one nearly unsmoothed, a pair that differs only in p (the trained and initial copies of a neuron
+    that moved only outside T) and a nearly lazy pair (copies 1e-3 apart, coefficients ±200 as at γ = 1/200)."""
+    c = np.array([0.7, -1.3, 0.4, 2.0, -2.0, 0.9, 200.0, -200.0])
+    w = np.array([[0.8], [-0.5], [1.2], [0.6], [0.6], [1.3], [0.7], [0.7 + 1e-3]])
+    b = np.array([0.2, -0.4, 0.0, 0.5, 0.5, -1.0, 0.1, 0.1])
+    p = np.array([0.5, 1.1, 0.0, 0.3, 0.9, 0.02, 0.4, 0.4])
+    mp.mp.dps = 30
+    cuts = sorted({float(-bk / wk) for bk, wk, pk in zip(b, w[:, 0], p) if pk < 0.05})
+
+    def F(z):
+        return sum(mp.mpf(ck) * _smoothed_mean(act, mp.mpf(wk) * z + mp.mpf(bk), mp.mpf(pk))
+                   for ck, (wk,), bk, pk in zip(c, w, b, p))
+    oracle = float(mp.quad(lambda z: F(z) ** 2 * mp.npdf(z), [-mp.inf, *cuts, mp.inf]))
+    got = population.smoothed_square(act, c, w, b, p)
+    assert got == pytest.approx(oracle, rel=1e-9, abs=1e-9)
+    # p = 0 everywhere and a single copy per neuron: the population loss' E[f²] (the same pair moments, ρ = 1 on
+    # the diagonal), here against the definition again
+    keep = slice(0, 4)
+    plain = population.smoothed_square(act, c[keep], w[keep], b[keep], np.zeros(4))
+    cuts0 = sorted({float(-bk / wk) for bk, wk in zip(b[keep], w[keep, 0])})
+
+    def F0(z):
+        return sum(mp.mpf(ck) * _smoothed_mean(act, mp.mpf(wk) * z + mp.mpf(bk), 0)
+                   for ck, (wk,), bk in zip(c[keep], w[keep], b[keep]))
+    assert plain == pytest.approx(float(mp.quad(lambda z: F0(z) ** 2 * mp.npdf(z), [-mp.inf, *cuts0, mp.inf])),
+                                  rel=1e-9)
+
+
+def test_smoothed_square_in_two_directions_matches_a_product_rule():
+    """Two input directions (covariances between neurons, not only products of scales): against a 120²-point
+    Gauss–Hermite rule of the definition, all neurons smoothed (p ≥ 0.4, so the rule converges)."""
+    rng = np.random.default_rng(3)
+    n = 6
+    c, w, b, p = rng.normal(size=n), rng.normal(size=(n, 2)), 0.5 * rng.normal(size=n), 0.4 + rng.random(n)
+    x, wq = np.polynomial.hermite_e.hermegauss(120)
+    wq = wq / wq.sum()
+    Z = np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2)
+    W2 = np.outer(wq, wq).ravel()
+    for act in ("relu", "erf"):
+        U = Z @ w.T + b
+        if act == "relu":
+            from scipy.stats import norm
+            M = U * norm.cdf(U / p) + p * norm.pdf(U / p)
+        else:
+            from scipy.special import erf
+            M = erf(U / np.sqrt(1 + 2 * p * p))
+        assert population.smoothed_square(act, c, w, b, p) == pytest.approx(float(W2 @ (M @ c) ** 2), rel=1e-9)
+
+
+def test_smoothed_square_bad_input_is_one_line_error():
+    with pytest.raises(PopulationError, match="perp ≥ 0"):
+        population.smoothed_square("relu", np.ones(2), np.ones((2, 1)), np.zeros(2), np.array([0.1, -0.1]))
+    with pytest.raises(PopulationError, match="constant unit"):
+        population.smoothed_square("relu", np.ones(2), np.zeros((2, 1)), np.zeros(2), np.zeros(2))
+    with pytest.raises(PopulationError, match="relu and erf only"):
+        population.smoothed_square("tanh", np.ones(2), np.ones((2, 1)), np.zeros(2), np.ones(2))
+
+
+def test_smoothed_square_of_the_first_rows_is_the_total_less_the_rest():
+    """``rows = r`` sums the pairs with a neuron among the first r: the total less the square of the rest, both
+    against a double loop of single pair moments (no blocks, no triangle), with perp > 0."""
+    rng = np.random.default_rng(7)
+    n = 5
+    c, W, b, p = rng.normal(size=2 * n), rng.normal(size=(2 * n, 3)), rng.normal(size=2 * n), 0.2 + rng.random(2 * n)
+    s = np.sqrt((W**2).sum(1) + p * p)
+    M = np.array([[float(pair_moments("relu", b[i], s[i], b[j], s[j], W[i] @ W[j])) for j in range(2 * n)]
+                  for i in range(2 * n)])
+    assert population.smoothed_square("relu", c, W, b, p) == pytest.approx(c @ M @ c, rel=1e-12)
+    assert population.smoothed_square("relu", c, W, b, p, rows=n) == pytest.approx(
+        c @ M @ c - c[n:] @ M[n:, n:] @ c[n:], rel=1e-12)

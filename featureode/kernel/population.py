@@ -56,7 +56,7 @@ from featureode.calculus.targets import Target
 from featureode.core.errors import FeatureODEError
 
 __all__ = ["PopulationError", "PopulationLoss", "pair_moments", "population_loss", "centred_neurons",
-           "has_exact_population_loss", "QUADRATURE_TOL"]
+           "has_exact_population_loss", "smoothed_square", "QUADRATURE_TOL"]
 
 #: Agreement two successive Gauss–Legendre rules must reach on every erf pair moment (absolute, plus this relative).
 QUADRATURE_TOL = 1e-12
@@ -255,16 +255,22 @@ PAIR_BLOCK = 2**18
 _NEAR = 1e-3   # 1 ∓ ρ below this is recomputed from the unit vectors (no cancellation)
 
 
-def _pair_sum(fn: Callable[..., np.ndarray], a: np.ndarray, W: np.ndarray, b: np.ndarray, s: np.ndarray) -> float:
+def _pair_sum(fn: Callable[..., np.ndarray], a: np.ndarray, W: np.ndarray, b: np.ndarray, s: np.ndarray,
+              perp: np.ndarray | None = None, rows: int | None = None) -> float:
     """``Σ_{k,l} a_k a_l C_kl`` over the upper triangle (off-diagonal pairs twice), in blocks of rows of at most
     about :data:`PAIR_BLOCK` pairs, ``c_kl = ŵ_k·ŵ_l`` by one matrix product per block; for nearly (anti)parallel
-    pairs ``1 ∓ ρ = |û_k ∓ û_l|²/2`` from the unit vectors ``û = ŵ/|ŵ|``."""
+    pairs ``1 ∓ ρ = |û_k ∓ û_l|²/2`` from the unit vectors ``û = ŵ/s``. ``perp``: each neuron's own independent
+    Gaussian part (standard deviation ``p_k``, in ``s_k² = |ŵ_k|² + p_k²`` but in no covariance, the diagonal's
+    included); ``û`` then has ``p_k/s_k`` on a direction of its own, which adds ``(p_k/s_k)² + (p_l/s_l)²`` to
+    ``|û_k ∓ û_l|²``. ``rows``: only the pairs ``(k, l ≥ k)`` with ``k < rows`` (the rest is the sum over the
+    neurons from ``rows`` on, which a caller that holds them fixed computes once)."""
     n = a.size
     unit = W / s[:, None]
-    rows = max(1, PAIR_BLOCK // n)
+    extra = np.zeros(n) if perp is None else (perp / s) ** 2
+    block = max(1, PAIR_BLOCK // n)
     total = 0.0
-    for i0 in range(0, n, rows):
-        i1 = min(n, i0 + rows)
+    for i0 in range(0, n if rows is None else rows, block):
+        i1 = min(n if rows is None else rows, i0 + block)
         cov = W[i0:i1] @ W[i0:].T
         ii, jj = np.nonzero(np.arange(i0, n)[None, :] >= np.arange(i0, i1)[:, None])
         gi, gj = i0 + ii, i0 + jj
@@ -272,12 +278,38 @@ def _pair_sum(fn: Callable[..., np.ndarray], a: np.ndarray, W: np.ndarray, b: np
         rho = c / (s[gi] * s[gj])
         one_minus, one_plus = 1.0 - rho, 1.0 + rho
         near = np.flatnonzero(one_minus < _NEAR)
-        one_minus[near] = 0.5 * np.sum((unit[gi[near]] - unit[gj[near]]) ** 2, axis=1)
+        one_minus[near] = 0.5 * (np.sum((unit[gi[near]] - unit[gj[near]]) ** 2, axis=1)
+                                 + extra[gi[near]] + extra[gj[near]])
         anti = np.flatnonzero(one_plus < _NEAR)
-        one_plus[anti] = 0.5 * np.sum((unit[gi[anti]] + unit[gj[anti]]) ** 2, axis=1)
+        one_plus[anti] = 0.5 * (np.sum((unit[gi[anti]] + unit[gj[anti]]) ** 2, axis=1)
+                                + extra[gi[anti]] + extra[gj[anti]])
         moments = fn(b[gi], s[gi], b[gj], s[gj], c, one_minus, one_plus)
         total += float(np.dot(np.where(gi == gj, 1.0, 2.0) * a[gi] * a[gj], moments))
     return total
+
+
+def smoothed_square(activation: "str | Activation", coef: np.ndarray, w_hat: np.ndarray, bias: np.ndarray,
+                    perp: np.ndarray, rows: int | None = None) -> float:
+    """``E_z[F(z)²]`` exactly for ``F(z) = Σ_k coef_k E_ε[σ(ŵ_k·z + b_k + p_k ε_k)]``, ``z ~ N(0, I)`` and each
+    neuron's ridge smoothed by its own independent ``ε_k ~ N(0, 1)`` (``perp`` = ``p_k ≥ 0``): the network's output
+    averaged over the coordinates it is not read on (``P_T f`` of :mod:`featureode.ode.meanfield`, with ``p_k`` the
+    neuron's weight outside T). Pair moments as in :func:`population_loss`, with variances ``|ŵ_k|² + p_k²`` and
+    covariances ``ŵ_k·ŵ_l`` (the diagonal's too: two independent ``ε``); :class:`PopulationError` for activations
+    without closed-form pair moments, or when a neuron has ``|ŵ_k|² + p_k² = 0``. ``rows = r``: the pairs with
+    a neuron among the first ``r`` only, i.e. ``E[F²] − E[F_r'²]`` with ``F_r'`` the sum from neuron ``r`` on (which
+    a caller holding those neurons fixed computes once)."""
+    fn = _rule_or_error(get_activation(activation))
+    a, W, bv, p = (np.asarray(x, dtype=float) for x in (coef, w_hat, bias, perp))
+    if W.ndim != 2 or not a.shape == bv.shape == p.shape == (W.shape[0],):
+        raise PopulationError(f"coef, w_hat, bias and perp must have shapes (n,), (n, k), (n,), (n,); got {a.shape}, "
+                              f"{W.shape}, {bv.shape}, {p.shape}")
+    if not all(np.all(np.isfinite(x)) for x in (a, W, bv, p)) or np.any(p < 0):
+        raise PopulationError("the neurons' parameters must be finite and perp ≥ 0; the smoothed output's square "
+                              "is not defined otherwise")
+    s = np.sqrt(np.einsum("kd,kd->k", W, W) + p * p)
+    if not np.all(s > 0):
+        raise PopulationError("a neuron has ŵ = 0 and perp = 0 (a constant unit); give it a nonzero weight")
+    return _pair_sum(fn, a, W, bv, s, p, rows)
 
 
 # ----------------------------------------------------------------------------------------------------------------
