@@ -214,9 +214,17 @@ def test_tail_that_is_not_resolved_stops_the_run(monkeypatch):
     assert with_tail.status.complete and np.all(with_tail.loss >= plain.loss - 1e-12)
     assert with_tail.loss[-1] > plain.loss[-1]
     monkeypatch.setattr(mf, "TAIL_TOL", -1.0)        # no two rules can agree: the tail is never certified
-    stopped = meanfield_trajectory(theory, 60.0, tail=True)
+    stopped = meanfield_trajectory(theory, 60.0, tail=True, exact_tail=False)
     assert not stopped.status.complete and "loss outside the basis is not resolved" in stopped.status.error
     assert "tail=False" in stopped.status.error
+    # by default (erf has closed-form pair moments) the tail becomes exact where the rules fail: the curve of the
+    # rules that did certify it (2^8 neurons: the exact tail's pairs grow as their square)
+    exact = meanfield_trajectory(theory, 60.0, tail=True, m=8)
+    assert exact.status.complete and exact.meta["info"]["tail"]["exact"]
+    monkeypatch.undo()
+    rules = meanfield_trajectory(theory, 60.0, tail=True, m=8)
+    assert not rules.meta["info"]["tail"]["exact"]
+    np.testing.assert_allclose(exact.loss, rules.loss, atol=1e-4)
 
 
 def test_sobol_rungs_take_the_targets_part_exactly():
@@ -232,7 +240,7 @@ def test_sobol_rungs_take_the_targets_part_exactly():
     init = tuple(x.numpy().astype(float) for x in init_neurons(120, list(g), 0.5, 7))
 
     def flow_with(points=None, sobol=None):
-        flow = ReducedFlow(g, modes, v, 1.0, 0.5, "erf", init=init, drive="whole")
+        flow = ReducedFlow(g, modes, v, 1.0, 0.5, "erf", init=init, drive="whole", exact_tail=False)
         if points is not None:
             flow.tail_points, flow.tail_sobol = points, sobol
         return flow
@@ -259,6 +267,61 @@ def test_sobol_rungs_take_the_targets_part_exactly():
     assert abs(coarse._tail_at(state, 0, basis) - coarse._tail_at(state, 1, basis)) > 2e-3 * float((v**2).sum())
     assert coarse.tail_loss(state) == pytest.approx(tail_ref, abs=1e-5)
     assert coarse._exact_target(coarse._rung)
+
+
+@pytest.mark.parametrize("activation", ["erf", "relu"])
+def test_exact_tail_matches_the_rules_and_certifies_the_drive(activation, monkeypatch):
+    """With closed-form pair moments the tail can be exact (``‖P_T f‖²`` by pair moments, no rule;
+    ``exact_tail=True``): at the moved state of the test above, against a 40³-point Gauss–Hermite rule of the full form (erf)
+    within 1e-5 of L(0) (measured 2.6e-6, the rule's own error: the Sobol' rules come within 6e-7), and against the 2^15-point Sobol' rule (relu, whose kinks the product rule resolves
+    slowly) within 1e-5 (measured 1.2e-6). The rules then only certify the whole drive: the drive's rule is the coarsest rung, from
+    the current one, whose tail is within TAIL_TOL of the exact one; with none, a one-line stop."""
+    import featureode.ode.meanfield as mf
+
+    g = np.array([0.5, 0.35, 0.25, 0.15])
+    modes = [Mode.parse(x) for x in ("z0", "z0*z1*z2", "h2(z0)", "z0*z1", "h3(z0)")]
+    v = np.array([0.6, 0.8, 0.0, 0.0, 0.0])
+    init = tuple(x.numpy().astype(float) for x in init_neurons(120, list(g), 0.5, 7))
+    flow = ReducedFlow(g, modes, v, 1.0, 0.5, activation, init=init, drive="whole", exact_tail=True)
+    assert flow.exact_tail
+    a, W, b, _ = flow.state0
+    state = (1.5 * a, 2.0 * W + 0.1 * np.sign(W), b - 0.2, np.random.default_rng(1).uniform(-0.3, 0.8, a.size))
+    basis = float(((flow.v - flow.f(state)) ** 2).sum())
+    if activation == "erf":
+        ref = ReducedFlow(g, modes, v, 1.0, 0.5, activation, init=init, drive="whole", exact_tail=False)
+        ref.tail_points, ref.tail_sobol = (40,), ()
+        tail_ref, tol = ref._tail_at(state, 0, basis), 1e-5
+    else:
+        tail_ref, tol = flow._tail_at(state, flow._rungs() - 1, basis), 1e-5
+    assert tail_ref > 5e-4
+    # product rules of 4³, 6³ and 8³ points: for erf the first two miss the tail by 6.7e-3 and 2.7e-3
+    flow.tail_points, flow.tail_sobol = (4, 6, 8), (14, 15)
+    assert flow._drive_rung() == 1
+    exact = flow.tail_loss(state)
+    assert exact == pytest.approx(tail_ref, abs=tol)
+    drive = flow._drive_rung()
+    assert abs(flow._tail_at(state, drive, basis) - exact) <= mf.TAIL_TOL
+    assert all(abs(flow._tail_at(state, rung, basis) - exact) > mf.TAIL_TOL for rung in range(1, drive))
+    if activation == "erf":
+        assert drive == 2     # the 6³ rule does not certify the drive, 8³ does
+    with pytest.raises(MeanFieldError, match="exact_tail=True needs closed-form pair moments"):
+        ReducedFlow(g, modes, v, 1.0, 0.5, "tanh", init=init, drive="whole", exact_tail=True)
+    monkeypatch.setattr(mf, "TAIL_TOL", -1.0)        # no rule can agree with the exact tail
+    with pytest.raises(mf.TailError, match="drive is not resolved"):
+        flow.tail_loss(state)
+    monkeypatch.undo()
+    # the default: the rules first; where the finest pair disagrees (2³/4³ by 2.7e-3, 4³/8³ by 5.7e-3 for erf) the
+    # tail becomes exact, and the drive moves to the first rung that agrees with it (8³, 1.0e-3 away)
+    if activation == "erf":
+        fallback = ReducedFlow(g, modes, v, 1.0, 0.5, activation, init=init, drive="whole")
+        fallback.tail_points, fallback.tail_sobol = (2, 4, 8), ()
+        assert not fallback.exact_tail
+        assert fallback.tail_loss(state) == pytest.approx(exact, rel=1e-12)
+        assert fallback.exact_tail and fallback._drive_rung() == 2
+        never = ReducedFlow(g, modes, v, 1.0, 0.5, activation, init=init, drive="whole", exact_tail=False)
+        never.tail_points, never.tail_sobol = (2, 4, 8), ()
+        with pytest.raises(mf.TailError, match="loss outside the basis is not resolved"):
+            never.tail_loss(state)
 
 
 def test_meanfield_tail_is_a_variant_in_its_place(tmp_path):

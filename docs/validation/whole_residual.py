@@ -132,6 +132,7 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
         out.update(note=f"failed: {exc}", seconds=time.time() - start)
         return out
     out["integrator"] = flow.integrator
+    out["exact_tail"] = flow.exact_tail   # the tail by pair moments from where the rules stopped certifying it
     loss, loss_T = flow.loss(ts, fs), flow.loss_on_T(ts, fs)
     out["flow"] = [crossing(ts, loss, 0.5), crossing(ts, loss, 0.1)]
     out["flow_T"] = [crossing(ts, loss_T, 0.5), crossing(ts, loss_T, 0.1)]

@@ -48,6 +48,17 @@ exactly. A tail that the finest pair cannot resolve stops the run there (:class:
 kept). It is evaluated where t has grown by :data:`TAIL_EVERY` and interpolated between. Modes with coordinates
 outside T beyond the basis' are not in it.
 
+**The exact tail** (relu and erf: from where the rules first fail to certify the tail; ``exact_tail=True`` from the
+start, ``False`` never). ``P_T f`` is a sum of
+2n ridges ``±a m_0(ŵ_T·z_T + b, s_⊥)/(nγ)`` (the neurons now and at init), and ``m_0(u, s_⊥) = E_ε[σ(u + s_⊥ ε)]``,
+so ``‖P_T f‖²`` is a sum of Gaussian pair moments ``E[σ(X_j) σ(X_k)]`` with variances ``|ŵ_T|² + s_⊥²`` and
+covariances ``ŵ_T,j·ŵ_T,k`` (each neuron's own ε, the diagonal's too): the closed forms of
+:mod:`featureode.kernel.population` (:meth:`ReducedFlow.ptf_square`). The tail is then exact for any sharpness of
+the ridges, at ``3n²/2`` pair moments per evaluation (9 s for ``n = 2^12`` on one core, against about 1 s for two
+14³-point rules; the init pairs are summed once), which is why the rules go first. Once exact, the ladder only
+certifies the whole residual's drive: the drive's rule is the coarsest rung, from the current one, whose tail is
+within :data:`TAIL_TOL` of the exact one, and when even the finest misses it the run stops (:class:`TailError`).
+
 **The whole residual driving** (``drive="whole"``, the variant ``meanfield+whole``; the tail is then counted too).
 The basis' driving stops at the modes in ``S``; the gradient flow of the loss on T is driven by the whole residual
 ``r = y − P_T f``, every degree included. Through the tail's rule (the finer rule of the pair that certified the last
@@ -81,6 +92,7 @@ from sympy import srepr as sp_srepr
 
 from featureode.calculus.activations import get_activation
 from featureode.core.errors import FeatureODEError
+from featureode.kernel.population import has_exact_population_loss, smoothed_square
 from featureode.results.metrics import crossing_time, in_support_loss
 from featureode.results.trajectory import Status, Trajectory
 from featureode.ode.variants import MEANFIELD, MEANFIELD_TAIL, MEANFIELD_WHOLE
@@ -329,7 +341,7 @@ class ReducedFlow:
     def __init__(self, g: np.ndarray, modes: list, v: np.ndarray, gamma: float, bias_std: float, activation: str,
                  m: int = 12, rates: tuple[float, float, float] = (1.0, 1.0, 1.0), readout_variance: float = 1.0,
                  seed: int = 0, init: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                 tail: bool = False, drive: str = "basis") -> None:
+                 tail: bool = False, drive: str = "basis", exact_tail: bool | None = None) -> None:
         g, v = np.asarray(g, dtype=float), np.asarray(v, dtype=float)
         if drive not in ("basis", "whole"):
             raise MeanFieldError(f"meanfield: drive = {drive!r} is not 'basis' (the basis' modes in T drive, "
@@ -366,6 +378,7 @@ class ReducedFlow:
                            math.sqrt(math.prod(math.factorial(n) for _, n in modes[k].items)), modes[k].degree)
                           for k in self.off]
         self._mean = _means(activation)
+        self.activation = activation
         self.perp0: np.ndarray | None = None
         self._last: tuple[tuple, tuple] | None = None   # the last state's parts (:meth:`_parts`)
         # the loss on the modes in T outside the basis (:meth:`tail_loss`): its Gauss–Hermite rules on z_T, built
@@ -377,7 +390,17 @@ class ReducedFlow:
         self.tail_sobol: tuple[int, ...] = TAIL_SOBOL if self.tail_points is not None and len(T) >= 3 else ()
         self._tail_rules: dict[int, tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {}
         self._tail_target = [(mode, x) for mode, x in zip(modes, v) if x != 0.0]
-        self._rung = 0   # the coarser rule of the pair that certified the last tail
+        #: the coarser rule of the pair that certified the last tail; with the exact tail, the drive's rung less
+        #: one (−1 when the coarsest rule agrees with the exact tail)
+        self._rung = 0
+        if exact_tail and not has_exact_population_loss(activation):
+            raise MeanFieldError(f"meanfield: exact_tail=True needs closed-form pair moments (relu, erf), not "
+                                 f"{activation}; leave exact_tail=None for the rules' tail")
+        #: whether :meth:`tail_loss` is exact (pair moments, :meth:`ptf_square`) rather than a rule's: from the
+        #: start (``exact_tail=True``), or from where the rules first fail to certify it (``None``, relu and erf)
+        self.exact_tail = bool(exact_tail) and self.tail_points is not None
+        self._exact_fallback = exact_tail is None and has_exact_population_loss(activation)
+        self._init_square: float | None = None   # ‖F(0)‖²/γ² (:meth:`ptf_square`)
         if drive == "whole" and self.tail_points is None:
             raise MeanFieldError("meanfield: drive='whole' (meanfield+whole) needs coordinates outside the target's "
                                  "directions to smooth the neurons' ridges (data dim > the target's); use meanfield")
@@ -546,6 +569,41 @@ class ReducedFlow:
             tail = float(wq @ (PTf - y) ** 2) - basis
         return max(tail, 0.0) / float((self.v_all**2).sum())
 
+    def ptf_square(self, state: tuple) -> float:
+        """``‖P_T f‖² = E_{z_T}[((F(t) − F(0))/γ)²]`` exactly: ``P_T f`` is a sum of the 2n ridges
+        ``±a m_0(ŵ_T·z_T + b, s_⊥)/(nγ)`` (the neurons now and at init), each smoothed by its own Gaussian of
+        standard deviation ``s_⊥``, so its square is a sum of Gaussian pair moments
+        (:func:`~featureode.kernel.population.smoothed_square`; relu and erf). The pairs of two init neurons are
+        summed once (a quarter of the pairs)."""
+        a, W, b, C = state
+        a0, W0, b0, C0 = self.state0
+        n = a.size
+        coef = np.concatenate([a, -a0]) / (n * self.gamma)
+        perp = np.sqrt(np.maximum(np.concatenate([self._perp(C, 1), self._perp(C0, 1)]), 0.0))
+        if self._init_square is None:
+            self._init_square = smoothed_square(self.activation, coef[n:], W0, b0, perp[n:])
+        return self._init_square + smoothed_square(self.activation, coef, np.vstack([W, W0]), np.concatenate([b, b0]),
+                                                   perp, rows=n)
+
+    def _exact_tail_loss(self, state: tuple) -> float:
+        """The tail by :meth:`ptf_square` (``‖P_T f‖² − Σ_S f²``, as the Sobol' rungs' form, with no rule). With the
+        whole residual's drive, the drive's rule is then the coarsest rung from the current one whose tail agrees
+        with the exact one within :data:`TAIL_TOL`; when even the finest does not, :class:`TailError`."""
+        norm2 = float((self.v_all**2).sum())
+        exact = max(self.ptf_square(state) - float((self.f(state) ** 2).sum()), 0.0) / norm2
+        if self.drive != "whole":
+            return exact
+        basis = float(((self.v - self.f(state)) ** 2).sum())
+        rung = self._drive_rung()
+        while abs(self._tail_at(state, rung, basis) - exact) > TAIL_TOL:
+            if rung + 1 >= self._rungs():
+                raise TailError(f"meanfield: the whole residual's drive is not resolved: the finest rule "
+                                f"({self._rule_label(rung)} nodes on z_T) misses the exact loss on T by more than "
+                                f"{TAIL_TOL:g} of L(0) (the neurons' ridges are sharper than the rule)")
+            rung += 1
+        self._rung = rung - 1
+        return exact
+
     def tail_loss(self, state: tuple) -> float:
         """``Σ_{α ⊂ T, α ∉ S} f_α²/Σ v²``: the loss on every mode in the target's directions that the basis does not
         hold. By Parseval it is ``‖P_T f − y‖² − Σ_{α∈S} (v_α − f_α)²``, with ``P_T f(z_T) = (F(t) − F(0))/γ`` the
@@ -556,6 +614,8 @@ class ReducedFlow:
         that is 0 slightly below 0, which is read as 0. 0 when the flow has no tail."""
         if self.tail_points is None:
             return 0.0
+        if self.exact_tail:
+            return self._exact_tail_loss(state)
         basis = float(((self.v - self.f(state)) ** 2).sum())
         rung = self._rung
         coarse = self._tail_at(state, rung, basis)
@@ -565,6 +625,9 @@ class ReducedFlow:
                 self._rung = rung
                 return fine
             rung, coarse = rung + 1, fine
+        if self._exact_fallback:   # the rules cannot certify the tail: it is exact from here on
+            self.exact_tail = True
+            return self._exact_tail_loss(state)
         raise TailError(f"meanfield: the loss outside the basis is not resolved: rules up to "
                         f"{self._rule_label(self._rungs() - 1)} nodes on z_T still differ by more than {TAIL_TOL:g} "
                         "of L(0) (the neurons' ridges are sharper than the rules); tail=False follows the basis' loss "
@@ -771,7 +834,7 @@ class ReducedFlow:
 def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: float | None = None,
                          n_points: int | None = None, m: int = 12, h_max: float = 5.0, c: float = 1.5,
                          max_steps: int = 20000, seed: int = 0, tail: bool = False,
-                         drive: str = "basis", progress: bool = False) -> Trajectory:
+                         drive: str = "basis", exact_tail: bool | None = None, progress: bool = False) -> Trajectory:
     """Follow the mean-field flow of the module docstring for ``theory`` (a
     :class:`~featureode.kernel.theory.KernelTheory` of the meanfield parametrization) up to ``t_max`` (default: the
     theory's config's) and return its curve on ``n_points`` log-spaced times from ``t_min`` (plus ``t = 0``).
@@ -782,7 +845,9 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     the basis leaves out. With ``drive="whole"`` (the variant ``meanfield+whole``; the tail is then counted too)
     the neurons are driven by the whole residual ``y − P_T f`` on T, as the gradient flow of that loss drives them,
     not by the basis' modes only. A run that stops early (non-finite state, ``max_steps``, a tail its rules
-    cannot resolve) keeps its curve with ``status.error`` set. Bad settings, or a parametrization other than
+    cannot resolve) keeps its curve with ``status.error`` set. ``exact_tail``: the tail by pair moments (relu, erf)
+    from the start (True), never (False), or from where the rules first fail to certify it (None, the default;
+    :meth:`ReducedFlow.ptf_square`). Bad settings, or a parametrization other than
     meanfield, raise :class:`MeanFieldError`. ``progress``: a bar on stderr over t (the whole residual's runs take
     minutes).
     """
@@ -803,7 +868,7 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise MeanFieldError(f"meanfield: max_steps = {max_steps!r} must be an integer ≥ 1")
     start = time.perf_counter()
-    flow = ReducedFlow.from_theory(theory, m=m, seed=seed, tail=bool(tail), drive=drive)
+    flow = ReducedFlow.from_theory(theory, m=m, seed=seed, tail=bool(tail), drive=drive, exact_tail=exact_tail)
     name = MEANFIELD_WHOLE if flow.drive == "whole" else MEANFIELD_TAIL if tail else MEANFIELD
     from tqdm.auto import tqdm
 
@@ -825,7 +890,7 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
             "seed": seed, "steps": len(ts) - 1, "h_max": h_max, "c": c, "drive": flow.drive,
             "integrator": flow.integrator,
             "tail": None if flow.tail_points is None else {
-                "rule": flow._rule_label(flow._drive_rung()),
+                "rule": flow._rule_label(flow._drive_rung()), "exact": flow.exact_tail,
                 "evaluations": int(flow.tail_path[0].size - 1), "at_end": float(flow.tail_path[1][-1])},
             "seconds": time.perf_counter() - start}
     return Trajectory("ode", name, tuple(str(x) for x in theory.modes), v_all, grid, flow.loss(grid, f_out),
