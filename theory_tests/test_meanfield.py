@@ -14,6 +14,7 @@ import torch
 from featureode.calculus.hermite import Mode
 from featureode.config import load_config
 from featureode.kernel.theory import kernel_theory
+from featureode.kernel.population import PopulationError
 from featureode.ode.meanfield import MeanFieldError, MeanTable, ReducedFlow, meanfield_trajectory
 from featureode.ode.solve import solve_config
 from featureode.results.trajectory import ODEResult
@@ -217,8 +218,9 @@ def test_tail_that_is_not_resolved_stops_the_run(monkeypatch):
     stopped = meanfield_trajectory(theory, 60.0, tail=True, exact_tail=False)
     assert not stopped.status.complete and "loss outside the basis is not resolved" in stopped.status.error
     assert "tail=False" in stopped.status.error
-    # by default (erf has closed-form pair moments) the tail becomes exact where the rules fail: the curve of the
-    # rules that did certify it (2^8 neurons: the exact tail's pairs grow as their square)
+    # by default (erf has closed-form pair moments) the tail becomes exact where the rules fail (here at the first
+    # evaluation): the curve of the rules that certify it at the package's tolerance (2^8 neurons: the exact
+    # tail's pairs grow as their square)
     exact = meanfield_trajectory(theory, 60.0, tail=True, m=8)
     assert exact.status.complete and exact.meta["info"]["tail"]["exact"]
     monkeypatch.undo()
@@ -282,7 +284,8 @@ def test_exact_tail_matches_the_rules_and_certifies_the_drive(activation, monkey
     modes = [Mode.parse(x) for x in ("z0", "z0*z1*z2", "h2(z0)", "z0*z1", "h3(z0)")]
     v = np.array([0.6, 0.8, 0.0, 0.0, 0.0])
     init = tuple(x.numpy().astype(float) for x in init_neurons(120, list(g), 0.5, 7))
-    flow = ReducedFlow(g, modes, v, 1.0, 0.5, activation, init=init, drive="whole", exact_tail=True)
+    gamma = 1.0 if activation == "erf" else 0.5    # γ ≠ 1 once: P_T f carries 1/γ
+    flow = ReducedFlow(g, modes, v, gamma, 0.5, activation, init=init, drive="whole", exact_tail=True)
     assert flow.exact_tail
     a, W, b, _ = flow.state0
     state = (1.5 * a, 2.0 * W + 0.1 * np.sign(W), b - 0.2, np.random.default_rng(1).uniform(-0.3, 0.8, a.size))
@@ -308,6 +311,13 @@ def test_exact_tail_matches_the_rules_and_certifies_the_drive(activation, monkey
         ReducedFlow(g, modes, v, 1.0, 0.5, "tanh", init=init, drive="whole", exact_tail=True)
     monkeypatch.setattr(mf, "TAIL_TOL", -1.0)        # no rule can agree with the exact tail
     with pytest.raises(mf.TailError, match="drive is not resolved"):
+        flow.tail_loss(state)
+    monkeypatch.undo()
+
+    def unconverged(*args, **kwargs):
+        raise PopulationError("the erf pair moment did not converge")
+    monkeypatch.setattr(mf, "smoothed_square", unconverged)   # a pair the quadrature cannot certify: a stop
+    with pytest.raises(mf.TailError, match="exact tail could not be certified: the erf pair moment"):
         flow.tail_loss(state)
     monkeypatch.undo()
     # the default: the rules first; where the finest pair disagrees (2³/4³ by 2.7e-3, 4³/8³ by 5.7e-3 for erf) the

@@ -328,6 +328,9 @@ def test_smoothed_square_bad_input_is_one_line_error():
         population.smoothed_square("relu", np.ones(2), np.zeros((2, 1)), np.zeros(2), np.zeros(2))
     with pytest.raises(PopulationError, match="relu and erf only"):
         population.smoothed_square("tanh", np.ones(2), np.ones((2, 1)), np.zeros(2), np.ones(2))
+    for rows in (-1, 3, 1.5):
+        with pytest.raises(PopulationError, match=r"must be an integer in 0\.\.2"):
+            population.smoothed_square("relu", np.ones(2), np.ones((2, 1)), np.zeros(2), np.ones(2), rows=rows)
 
 
 def test_smoothed_square_of_the_first_rows_is_the_total_less_the_rest():

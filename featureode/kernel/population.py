@@ -300,6 +300,8 @@ def smoothed_square(activation: "str | Activation", coef: np.ndarray, w_hat: np.
     a caller holding those neurons fixed computes once)."""
     fn = _rule_or_error(get_activation(activation))
     a, W, bv, p = (np.asarray(x, dtype=float) for x in (coef, w_hat, bias, perp))
+    if rows is not None and not (isinstance(rows, (int, np.integer)) and 0 <= rows <= a.size):
+        raise PopulationError(f"rows = {rows!r} must be an integer in 0..{a.size} (the number of neurons)")
     if W.ndim != 2 or not a.shape == bv.shape == p.shape == (W.shape[0],):
         raise PopulationError(f"coef, w_hat, bias and perp must have shapes (n,), (n, k), (n,), (n,); got {a.shape}, "
                               f"{W.shape}, {bv.shape}, {p.shape}")

@@ -92,7 +92,7 @@ from sympy import srepr as sp_srepr
 
 from featureode.calculus.activations import get_activation
 from featureode.core.errors import FeatureODEError
-from featureode.kernel.population import has_exact_population_loss, smoothed_square
+from featureode.kernel.population import PopulationError, has_exact_population_loss, smoothed_square
 from featureode.results.metrics import crossing_time, in_support_loss
 from featureode.results.trajectory import Status, Trajectory
 from featureode.ode.variants import MEANFIELD, MEANFIELD_TAIL, MEANFIELD_WHOLE
@@ -390,8 +390,7 @@ class ReducedFlow:
         self.tail_sobol: tuple[int, ...] = TAIL_SOBOL if self.tail_points is not None and len(T) >= 3 else ()
         self._tail_rules: dict[int, tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {}
         self._tail_target = [(mode, x) for mode, x in zip(modes, v) if x != 0.0]
-        #: the coarser rule of the pair that certified the last tail; with the exact tail, the drive's rung less
-        #: one (−1 when the coarsest rule agrees with the exact tail)
+        #: the coarser rule of the pair that certified the last tail; with the exact tail, the drive's rung less one
         self._rung = 0
         if exact_tail and not has_exact_population_loss(activation):
             raise MeanFieldError(f"meanfield: exact_tail=True needs closed-form pair moments (relu, erf), not "
@@ -590,7 +589,11 @@ class ReducedFlow:
         whole residual's drive, the drive's rule is then the coarsest rung from the current one whose tail agrees
         with the exact one within :data:`TAIL_TOL`; when even the finest does not, :class:`TailError`."""
         norm2 = float((self.v_all**2).sum())
-        exact = max(self.ptf_square(state) - float((self.f(state) ** 2).sum()), 0.0) / norm2
+        try:
+            square = self.ptf_square(state)
+        except PopulationError as exc:   # an erf pair whose quadrature did not converge: no number, a stop
+            raise TailError(f"meanfield: the exact tail could not be certified: {exc}") from None
+        exact = max(square - float((self.f(state) ** 2).sum()), 0.0) / norm2
         if self.drive != "whole":
             return exact
         basis = float(((self.v - self.f(state)) ** 2).sum())
