@@ -54,8 +54,9 @@ start, ``False`` never). ``P_T f`` is a sum of
 so ``‖P_T f‖²`` is a sum of Gaussian pair moments ``E[σ(X_j) σ(X_k)]`` with variances ``|ŵ_T|² + s_⊥²`` and
 covariances ``ŵ_T,j·ŵ_T,k`` (each neuron's own ε, the diagonal's too): the closed forms of
 :mod:`featureode.kernel.population` (:meth:`ReducedFlow.ptf_square`). The tail is then exact for any sharpness of
-the ridges, at ``3n²/2`` pair moments per evaluation (9 s for ``n = 2^12`` on one core, against about 1 s for two
-14³-point rules; the init pairs are summed once), which is why the rules go first. Once exact, the ladder only
+the ridges, at ``3n²/2`` pair moments per evaluation (the init pairs are summed once): 6 s for relu at ``n = 2^12``
+on one core against 0.6 s for the 14³- and 18³-point rules' tails, and erf's pairs cost about 9× relu's
+(``benchmarks/results/population_benchmark.md``), which is why the rules go first. Once exact, the ladder only
 certifies the whole residual's drive: the drive's rule is the coarsest rung, from the current one, whose tail is
 within :data:`TAIL_TOL` of the exact one, and when even the finest misses it the run stops (:class:`TailError`).
 
