@@ -49,9 +49,8 @@ kept). It is evaluated where t has grown by :data:`TAIL_EVERY` and interpolated 
 outside T beyond the basis' are not in it.
 
 **The exact tail** (relu and erf: from where the rules first fail to certify the tail; ``exact_tail=True`` from the
-start, ``False`` never). ``P_T f`` is a sum of
-2n ridges ``±a m_0(ŵ_T·z_T + b, s_⊥)/(nγ)`` (the neurons now and at init), and ``m_0(u, s_⊥) = E_ε[σ(u + s_⊥ ε)]``,
-so ``‖P_T f‖²`` is a sum of Gaussian pair moments ``E[σ(X_j) σ(X_k)]`` with variances ``|ŵ_T|² + s_⊥²`` and
+start, ``False`` never). ``P_T f`` is a sum of 2n ridges ``±a m_0(ŵ_T·z_T + b, s_⊥)/(nγ)`` (the neurons now and at
+init), and ``m_0(u, s_⊥) = E_ε[σ(u + s_⊥ ε)]``, so ``‖P_T f‖²`` is a sum of Gaussian pair moments ``E[σ(X_j) σ(X_k)]`` with variances ``|ŵ_T|² + s_⊥²`` and
 covariances ``ŵ_T,j·ŵ_T,k`` (each neuron's own ε, the diagonal's too): the closed forms of
 :mod:`featureode.kernel.population` (:meth:`ReducedFlow.ptf_square`). The tail is then exact for any sharpness of
 the ridges, at ``3n²/2`` pair moments per evaluation (the init pairs are summed once): 6 s for relu at ``n = 2^12``
@@ -603,7 +602,8 @@ class ReducedFlow:
             if rung + 1 >= self._rungs():
                 raise TailError(f"meanfield: the whole residual's drive is not resolved: the finest rule "
                                 f"({self._rule_label(rung)} nodes on z_T) misses the exact loss on T by more than "
-                                f"{TAIL_TOL:g} of L(0) (the neurons' ridges are sharper than the rule)")
+                                f"{TAIL_TOL:g} of L(0) (the neurons' ridges are sharper than the rule; finer Sobol' "
+                                "rungs, TAIL_SOBOL, may resolve it)")
             rung += 1
         self._rung = rung - 1
         return exact
@@ -614,8 +614,9 @@ class ReducedFlow:
         output averaged over the coordinates outside T (:meth:`_ridge_mean`) and ``‖·‖²`` a rule on ``z_T``. The averaging smooths each neuron's ridge by ``s_⊥``; a neuron that shrinks outside T while
         it grows inside has a sharp ridge. So two neighbouring rules of the ladder (:data:`TAIL_POINTS`, then for
         |T| ≥ 3 :data:`TAIL_SOBOL`) are compared, finer pairs taken until they agree within :data:`TAIL_TOL`, and
-        the finer value returned; when the finest pair disagrees, :class:`TailError`. A rule's error can put a tail
-        that is 0 slightly below 0, which is read as 0. 0 when the flow has no tail."""
+        the finer value returned. When the finest pair disagrees, the tail is exact from then on for relu and erf
+        (:meth:`ptf_square`, unless ``exact_tail=False``), and otherwise :class:`TailError`. A rule's error can put
+        a tail that is 0 slightly below 0, which is read as 0. 0 when the flow has no tail."""
         if self.tail_points is None:
             return 0.0
         if self.exact_tail:
