@@ -253,6 +253,28 @@ def test_simulator_records_the_exact_loss_of_the_trained_network(tmp_path):
     assert back.meta["t50_exact"] == tr.meta["t50_exact"]
 
 
+def test_stop_loss_reads_the_exact_loss_when_it_is_recorded():
+    """With ``exact_loss``, ``stop_loss`` ends the run at the first measurement whose exact ``L/L(0)`` is at or below
+    it, not the test set's: a 200-point test set (noisy on purpose) and a level where the two curves first cross at
+    different measurements, taken from a full run of the same network; the stopped run is that run's prefix."""
+    base = dict(t_max=6.0, n_test=200, n_points=40, checkpoint_every=0, dtype="float64", exact_loss=True)
+    full = simulate_config(small_cfg("z0*z1 + 0.5*h2(z2)", dim=5, width=64, **base), progress=False)
+    exact, test = full.arrays["loss_exact_ratio"], np.asarray(full.loss) / full.loss[0]
+
+    def first(curve, level):
+        below = np.flatnonzero(curve[1:] <= level)
+        return 1 + int(below[0]) if below.size else None
+    levels = [x for x in np.linspace(0.3, 0.95, 27)
+              if first(exact, x) is not None and first(exact, x) != first(test, x)]
+    assert levels, "the test set should disagree with the exact loss somewhere"
+    level = float(levels[0])
+    stopped = simulate_config(small_cfg("z0*z1 + 0.5*h2(z2)", dim=5, width=64, **base, stop_loss=level),
+                              progress=False)
+    k = first(exact, level)
+    assert len(stopped.t) == k + 1 and stopped.status.complete
+    np.testing.assert_allclose(stopped.arrays["loss_exact_ratio"], exact[:k + 1], rtol=1e-12)
+
+
 def test_exact_loss_for_an_activation_without_pair_moments_is_refused():
     cfg = small_cfg(exact_loss=True).replace(network={"activation": "tanh"})
     with pytest.raises(MLPError, match="exact_loss needs closed-form pair moments.*tanh.*n_test"):

@@ -60,7 +60,8 @@ class TrainingConfig:
     # core is busy the default run took 125–317 s with torch's 2 threads against 34 s with one.
     threads: int = 1
     compile: bool = True          # torch.compile the SGD step and measurement kernel (eager fallback)
-    stop_loss: float = 0.0        # stop once the test loss L/L(0) ≤ stop_loss at a measurement (0: run to t_max)
+    stop_loss: float = 0.0        # stop once L/L(0) ≤ stop_loss at a measurement (the exact loss with exact_loss, else
+                                  # the test loss; 0: run to t_max)
     # also record the exact population loss ½E[(f − f*)²] at every measurement (relu and erf networks:
     # featureode.kernel.population), beside the test-set loss; the crossing times of both are kept
     exact_loss: bool = False

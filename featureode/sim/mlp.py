@@ -60,6 +60,7 @@ simulation loop and the public API.
 """
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -210,6 +211,15 @@ class Simulation:
         if why is not None:
             self._diverged(i, why)
 
+    def _stop_reading(self, i: int) -> tuple[float, float]:
+        """``(L, L(0))`` that ``stop_loss`` reads for run ``i``: the exact population loss where it is recorded and
+        certified (``[training] exact_loss``; the report's MLP times come from it too), else the test set's."""
+        cols = self.recorders[i].columns
+        exact = cols.get("loss_exact")
+        if exact and math.isfinite(exact[-1]) and math.isfinite(exact[0]) and exact[0] > 0:
+            return exact[-1], exact[0]
+        return cols["loss"][-1], cols["loss"][0]
+
     def _exact_loss(self, i: int) -> float | None:
         """The exact population loss ``½ E[(f − f*)²]`` of run ``i`` when its config asks for it (``[training]
         exact_loss``): :func:`featureode.kernel.population.population_loss` of its ``2N`` centred neurons, in
@@ -277,7 +287,7 @@ class Simulation:
             clock.advance(step)
             if step.lands:
                 self._record(i)
-                clock.measured(self.recorders[i].columns["loss"][-1], self.recorders[i].columns["loss"][0])
+                clock.measured(*self._stop_reading(i))
             if clock.out_of_steps:
                 self._stop_early(i)
 
