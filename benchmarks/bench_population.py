@@ -89,8 +89,7 @@ def exact_tail(act: str, m: int) -> tuple[int, float, float]:
     flow._tail_at(state, 0, basis), flow._tail_at(state, 1, basis)    # the rules and their init F, built
     exact = median_seconds(lambda: flow.ptf_square(state))
     rules = median_seconds(lambda: (flow._tail_at(state, 0, basis), flow._tail_at(state, 1, basis)))
-    n = 2 * 2**m
-    return 3 * n * n // 8, exact, rules
+    return 3 * 4**m // 2, exact, rules   # pairs touching the 2^m current neurons (of 2 · 2^m): 3/2 · (2^m)²
 
 
 def main() -> int:

@@ -399,7 +399,8 @@ class ReducedFlow:
         #: start (``exact_tail=True``), or from where the rules first fail to certify it (``None``, relu and erf)
         self.exact_tail = bool(exact_tail) and self.tail_points is not None
         self._exact_fallback = exact_tail is None and has_exact_population_loss(activation)
-        self._init_square: float | None = None   # ‖F(0)‖²/γ² (:meth:`ptf_square`)
+        #: ``(‖F(0)‖²/γ², s_⊥ of the init neurons)`` (:meth:`ptf_square`)
+        self._init_square: tuple[float, np.ndarray] | None = None
         if drive == "whole" and self.tail_points is None:
             raise MeanFieldError("meanfield: drive='whole' (meanfield+whole) needs coordinates outside the target's "
                                  "directions to smooth the neurons' ridges (data dim > the target's); use meanfield")
@@ -578,11 +579,13 @@ class ReducedFlow:
         a0, W0, b0, C0 = self.state0
         n = a.size
         coef = np.concatenate([a, -a0]) / (n * self.gamma)
-        perp = np.sqrt(np.maximum(np.concatenate([self._perp(C, 1), self._perp(C0, 1)]), 0.0))
-        if self._init_square is None:
-            self._init_square = smoothed_square(self.activation, coef[n:], W0, b0, perp[n:])
-        return self._init_square + smoothed_square(self.activation, coef, np.vstack([W, W0]), np.concatenate([b, b0]),
-                                                   perp, rows=n)
+        if self._init_square is None:   # the init neurons' s_⊥ and their pairs: fixed, so once
+            perp0 = np.sqrt(np.maximum(self._perp(C0, 1), 0.0))
+            self._init_square = (smoothed_square(self.activation, coef[n:], W0, b0, perp0), perp0)
+        square0, perp0 = self._init_square
+        perp = np.concatenate([np.sqrt(np.maximum(self._perp(C, 1), 0.0)), perp0])
+        return square0 + smoothed_square(self.activation, coef, np.vstack([W, W0]), np.concatenate([b, b0]), perp,
+                                         rows=n)
 
     def _exact_tail_loss(self, state: tuple) -> float:
         """The tail by :meth:`ptf_square` (``‖P_T f‖² − Σ_S f²``, as the Sobol' rungs' form, with no rule). With the
@@ -593,10 +596,11 @@ class ReducedFlow:
             square = self.ptf_square(state)
         except PopulationError as exc:   # an erf pair whose quadrature did not converge: no number, a stop
             raise TailError(f"meanfield: the exact tail could not be certified: {exc}") from None
-        exact = max(square - float((self.f(state) ** 2).sum()), 0.0) / norm2
+        f = self.f(state)
+        exact = max(square - float((f**2).sum()), 0.0) / norm2
         if self.drive != "whole":
             return exact
-        basis = float(((self.v - self.f(state)) ** 2).sum())
+        basis = float(((self.v - f) ** 2).sum())
         rung = self._drive_rung()
         while abs(self._tail_at(state, rung, basis) - exact) > TAIL_TOL:
             if rung + 1 >= self._rungs():
