@@ -547,6 +547,83 @@ def test_whole_flow_rkc_against_rk4():
     assert out["rkc"][3] < out["rk4"][3]
 
 
+def test_run_from_a_checkpoint_is_the_run_without_a_break(tmp_path):
+    """``run(checkpoint=…)`` keeps the run's place; a run stopped by a failure (here its ``progress`` raising) and
+    started again on a fresh flow goes on from the place kept and returns the curve, the tail's path and the final
+    state of the run without a break, bit for bit. The whole residual's flow of 120 given neurons (erf) with product
+    rules of 2³, 4³, 8³ points, whose tail turns exact at t ≈ 8.5: one break before that (the rules' rung and the
+    exact-tail switch still to come) and one after (both restored). A checkpoint of other settings, or a file that
+    is not one, is refused in one line; the file is gone once the run has ended."""
+    g = np.array([0.5, 0.3, 0.2])
+    modes = [Mode.parse("z0"), Mode.parse("z0*z1")]
+    v = np.array([0.6, 0.8])
+    init = tuple(x.numpy().astype(float) for x in init_neurons(120, list(g), 0.5, 7))
+
+    def make():
+        flow = ReducedFlow(g, modes, v, 1.0, 0.5, "erf", init=init, drive="whole")
+        flow.tail_points = (2, 4, 8)
+        return flow
+    ref = make()
+    ts, fs, err = ref.run(30.0)
+    assert err is None and ref.exact_tail and ref.resumed is None
+
+    class Broken(Exception):
+        pass
+    path = tmp_path / "flow.npz"
+    for at, exact_then in ((3.0, False), (12.0, True)):
+        first = make()
+
+        def fail(t, _at=at):
+            if t > _at:
+                raise Broken
+        with pytest.raises(Broken):
+            first.run(30.0, progress=fail, checkpoint=path, checkpoint_every=0)
+        assert path.exists() and first.exact_tail == exact_then
+        again = make()
+        ts2, fs2, err2 = again.run(30.0, checkpoint=path)
+        assert err2 is None and again.resumed is not None and 0 < again.resumed["t"] <= at
+        np.testing.assert_array_equal(ts2, ts)
+        np.testing.assert_array_equal(fs2, fs)
+        for x, y in zip(again.tail_path, ref.tail_path):
+            np.testing.assert_array_equal(x, y)
+        assert again.exact_tail and again._rung == ref._rung
+        assert not path.exists()
+    with pytest.raises(Broken):
+        make().run(30.0, progress=fail, checkpoint=path, checkpoint_every=0)
+    with pytest.raises(MeanFieldError, match="of another flow or other run settings; delete it") as info:
+        make().run(31.0, checkpoint=path)
+    assert "\n" not in str(info.value)
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(MeanFieldError, match="cannot be read .*; delete it to start again"):
+        make().run(30.0, checkpoint=path)
+    with pytest.raises(MeanFieldError, match="checkpoint_every = -1 must be"):
+        make().run(30.0, checkpoint=path, checkpoint_every=-1)
+
+
+def test_meanfield_trajectory_goes_on_from_a_checkpoint(tmp_path):
+    """``meanfield_trajectory(checkpoint=…)`` goes on from the place that a broken run of the same theory and
+    settings kept, and gives the trajectory of the run without a break (``meta.info.resumed_from_t`` says from
+    where)."""
+    theory = kernel_theory(_small(), with_gram=True)
+    whole = meanfield_trajectory(theory, 20.0, t_min=0.01, m=6)
+    path = tmp_path / "run.npz"
+
+    class Broken(Exception):
+        pass
+
+    def fail(t):
+        if t > 5.0:
+            raise Broken
+    with pytest.raises(Broken):
+        ReducedFlow.from_theory(theory, m=6).run(20.0, t_min=0.01, progress=fail, checkpoint=path,
+                                                 checkpoint_every=0)
+    again = meanfield_trajectory(theory, 20.0, t_min=0.01, m=6, checkpoint=path)
+    assert 0 < again.meta["info"]["resumed_from_t"] <= 5.0 and whole.meta["info"]["resumed_from_t"] is None
+    np.testing.assert_array_equal(again.loss, whole.loss)
+    np.testing.assert_array_equal(again.f, whole.f)
+    assert again.status.complete and not path.exists()
+
+
 def test_meanfield_progress_bar(capsys):
     """``progress=True`` shows a bar over t on stderr (the CLI's ``solve``/``compare`` without ``--quiet``); the
     curve is the one without it. ``ReducedFlow.run`` calls its ``progress`` with each step's t, up to t_max."""

@@ -37,7 +37,7 @@ from escape_oracle import case_runs  # noqa: E402
 from multidriver_oracle import (case_config, case_label, crossing, fmt, picked_cases, seed_mean,  # noqa: E402
                                 stored_horizon, suite_parser, write_report)
 from featureode.config import Config  # noqa: E402
-from featureode.core.cache import atomic_bytes  # noqa: E402
+from featureode.core.cache import atomic_bytes, cache_dir  # noqa: E402
 from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 
@@ -92,12 +92,13 @@ def earlier_flow(case: tuple) -> "tuple[str, dict] | None":
 
 
 def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tuple[int, ...] | None = None,
-               exact_tail: bool = False) -> dict:
+               exact_tail: bool = False, checkpoint: Path | None = None) -> dict:
     """Run ``meanfield+whole`` on one case and score it against every stored training of it, on the extended
     basis (``ratios``) and on the target basis (``ratios_T``, the loss on T: :meth:`ReducedFlow.loss_on_T`).
     ``sobol``: the Sobol' rungs' exponents for |T| ≥ 3 in place of the package's ``TAIL_SOBOL``. ``exact_tail``:
     the tail by pair moments from the start (relu, erf; ``ReducedFlow(exact_tail=True)``), not only from where the
-    rules stop certifying it."""
+    rules stop certifying it. ``checkpoint``: the flow keeps its place there every five minutes and goes on from
+    it when run again (:meth:`ReducedFlow.run`); ``seconds`` then counts every session's."""
     seeds = stored(suite, case)
     out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds]}
     if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
@@ -130,7 +131,11 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
                 print(f"  {out['label']}: t = {t:.1f} of {horizon:.0f} after {(last[0] - start) / 60:.0f} min",
                       file=sys.stderr, flush=True)
 
-        ts, fs, error = flow.run(horizon, stop_loss=0.05, max_steps=5000, integrator=integrator, progress=progress)
+        ts, fs, error = flow.run(horizon, stop_loss=0.05, max_steps=5000, integrator=integrator, progress=progress,
+                                 checkpoint=checkpoint)
+        if flow.resumed is not None:
+            out["resumed_from_t"] = flow.resumed["t"]
+            start -= flow.resumed["seconds"]
     except MeanFieldError as exc:
         out.update(note=f"failed: {exc}", seconds=time.time() - start)
         return out
@@ -200,7 +205,11 @@ def main() -> int:
                         "certifying it (the package's default); the rules then only certify the drive")
     parser.add_argument("--json", type=Path, help="per-case results, kept as each case finishes "
                         "(default: whole_residual_SUITE.json beside this script)")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None,
+                        help="where each flow keeps its place every five minutes, SUITE_CASE.npz (default: "
+                        "checkpoints/ in featureode's cache folder); a case run again goes on from its place")
     args = parser.parse_args()
+    args.checkpoint_dir = args.checkpoint_dir or cache_dir() / "checkpoints"
     args.json = args.json or HERE / f"whole_residual_{args.suite}.json"
     kept = json.loads(args.json.read_text()) if args.json.exists() else {}
     for i, case in picked_cases(args):
@@ -208,7 +217,8 @@ def main() -> int:
         if key in kept and not (args.rerun and "ratios" in kept[key] and (
                 "ratios_T" not in kept[key] or "not resolved" in kept[key].get("note", ""))):
             continue
-        r = score_case(args.suite, case, args.integrator, args.sobol, args.exact_tail)
+        r = score_case(args.suite, case, args.integrator, args.sobol, args.exact_tail,
+                       args.checkpoint_dir / f"{args.suite}_{i}.npz")
         keep_result(args.json, key, r)   # other processes may have kept cases of this suite meanwhile
         kept = json.loads(args.json.read_text())
         print(f"{i}: {r['label']}: {r.get('ratios')} {r.get('note', '')} ({r.get('seconds', 0):.0f} s)",

@@ -80,8 +80,12 @@ suites' cases at ``m = 12`` (``docs/validation/reduced_flow.md``).
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import math
+import os
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -91,6 +95,7 @@ from scipy.stats import norm, qmc
 from sympy import srepr as sp_srepr
 
 from featureode.calculus.activations import get_activation
+from featureode.core.cache import atomic_bytes
 from featureode.core.errors import FeatureODEError
 from featureode.kernel.population import PopulationError, has_exact_population_loss, smoothed_square
 from featureode.results.metrics import crossing_time, in_support_loss
@@ -399,6 +404,7 @@ class ReducedFlow:
         #: start (``exact_tail=True``), or from where the rules first fail to certify it (``None``, relu and erf)
         self.exact_tail = bool(exact_tail) and self.tail_points is not None
         self._exact_fallback = exact_tail is None and has_exact_population_loss(activation)
+        self._exact_policy = exact_tail   # as given (``exact_tail`` turns True during a run): the checkpoint's key
         #: ``(‖F(0)‖²/γ², s_⊥ of the init neurons)`` (:meth:`ptf_square`)
         self._init_square: tuple[float, np.ndarray] | None = None
         if drive == "whole" and self.tail_points is None:
@@ -409,6 +415,9 @@ class ReducedFlow:
         self._eigvec: np.ndarray | None = None   # the last top eigenvector of the whole flow's kernel (warm start)
         #: ``(t, tail)`` of the last :meth:`run`: the tail loss where it was evaluated (:meth:`loss`)
         self.tail_path: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))
+        #: where the last :meth:`run` resumed from its checkpoint: ``{"t": …, "seconds": …}`` (the t it went on from
+        #: and the wall seconds spent before it), or None when it started at t = 0
+        self.resumed: dict[str, float] | None = None
         if init is not None:   # given neurons (a, ŵ, b), e.g. a network's own: the coordinates outside T exactly
             a, W_all, b = (np.asarray(x, dtype=float) for x in init)
             if W_all.ndim != 2 or W_all.shape[1] != g.size or not a.shape == b.shape == (W_all.shape[0],):
@@ -776,7 +785,8 @@ class ReducedFlow:
 
     def run(self, t_max: float, t_min: float = 0.01, h_max: float = 5.0, c: float = 1.5, max_steps: int = 20000,
             every: int = 10, stop_loss: float = 0.0, progress: Callable[[float], None] | None = None,
-            integrator: str | None = None) -> tuple[np.ndarray, np.ndarray, str | None]:
+            integrator: str | None = None, checkpoint: str | os.PathLike[str] | None = None,
+            checkpoint_every: float = 300.0) -> tuple[np.ndarray, np.ndarray, str | None]:
         """``f`` on every mode of the basis (:meth:`f_all`) at the steps' times until ``t_max`` (or a loss
         ``≤ stop_loss``), with the reason it stopped early (``None`` when it reached ``t_max``). ``progress`` is
         called with t after every step. ``integrator``: ``"rk4"`` at ``h = min(h_max, c/λ_max, max(t_min, t/4))``
@@ -784,7 +794,14 @@ class ReducedFlow:
         ``h = min(h_max, max(t_min, t/4))`` with as many stages as ``h λ_max`` needs at RK4's margin
         (``β(s) ≥ h λ_max · 2.785/c``). Default: ``"rkc"`` for the whole residual's driving, whose constant and
         linear modes are stiff, else ``"rk4"``. Against RK4 the crossing times of ``rkc`` differ by ≤ 0.2% on four
-        cases, at 1.7–3.6× less CPU (``docs/validation/whole_residual.md``)."""
+        cases, at 1.7–3.6× less CPU (``docs/validation/whole_residual.md``).
+
+        ``checkpoint``: a file (``.npz``) where the run keeps its place every ``checkpoint_every`` wall seconds (the
+        state, the curve so far, the tail's rung and the integrator's memory), written atomically. A run given a
+        checkpoint that exists goes on from it (:attr:`resumed` says from where) and returns what the run without a
+        break returns; one of another flow or other settings is refused. The file is removed when the run ends
+        (reaching ``t_max``, ``stop_loss`` or a stop with its reason), so the hours-long runs of the
+        three-direction targets can span sessions."""
         if integrator is None:
             integrator = "rkc" if self.drive == "whole" else "rk4"
         self.integrator = integrator
@@ -795,6 +812,33 @@ class ReducedFlow:
         ts, fs = [0.0], [np.zeros_like(self.v_all)]
         tail_t, tail = [0.0], [0.0]
         norm2 = float((self.v_all**2).sum())
+        lam = math.nan
+        self.resumed = None
+        path = None if checkpoint is None else Path(checkpoint)
+        if isinstance(checkpoint_every, bool) or not (isinstance(checkpoint_every, (int, float))
+                                                      and checkpoint_every >= 0):
+            raise MeanFieldError(f"meanfield: checkpoint_every = {checkpoint_every!r} must be a number of seconds "
+                                 "≥ 0")
+        key = "" if path is None else self._checkpoint_key((t_max, t_min, h_max, c, max_steps, every, stop_loss,
+                                                           integrator))
+        wall, kept = time.monotonic(), 0.0
+        if path is not None and path.exists():
+            saved = self._read_checkpoint(path, key)
+            state, t, steps, h, lam = saved["state"], saved["t"], saved["steps"], saved["h"], saved["lam"]
+            ts, fs, tail_t, tail = saved["ts"], saved["fs"], saved["tail_t"], saved["tail"]
+            kept = saved["seconds"]
+            self.resumed = {"t": t, "seconds": kept}
+
+        def keep() -> None:   # the run's place, for a run that goes on from it
+            assert path is not None
+            buf = io.BytesIO()
+            a, W, b, C = state
+            np.savez(buf, key=np.array(key), a=a, W=W, b=b, C=C,
+                     scalars=np.array([t, steps, h, lam, self._rung, self.exact_tail,
+                                       kept + time.monotonic() - wall]),
+                     ts=np.array(ts), fs=np.array(fs), tail_t=np.array(tail_t), tail=np.array(tail),
+                     eigvec=np.zeros(0) if self._eigvec is None else self._eigvec)
+            atomic_bytes(path, buf.getvalue(), durable=False)
 
         def done(error: str | None) -> tuple[np.ndarray, np.ndarray, str | None]:
             if self.tail_points is not None and tail_t[-1] < ts[-1] and error is None:
@@ -804,6 +848,8 @@ class ReducedFlow:
                 except MeanFieldError:
                     pass
             self.tail_path = (np.array(tail_t), np.array(tail))
+            if path is not None:
+                path.unlink(missing_ok=True)
             return np.array(ts), np.array(fs), error
 
         while t < t_max:
@@ -837,13 +883,51 @@ class ReducedFlow:
                 progress(t)
             if stop_loss > 0 and float(((self.v_all - f) ** 2).sum()) / norm2 + tail[-1] <= stop_loss:
                 break
+            if path is not None and time.monotonic() - wall >= checkpoint_every:
+                keep()
+                kept, wall = kept + time.monotonic() - wall, time.monotonic()
         return done(None)
+
+    def _checkpoint_key(self, settings: tuple) -> str:
+        """A digest of everything a run's curve depends on: the init neurons, the spectrum, target, basis and
+        rates, the tail's rules and policy, and :meth:`run`'s settings."""
+        digest = hashlib.sha256()
+        a, W, b, _ = self.state0
+        for x in (a, W, b, self.xi, self.gT, self.gperp, self.v_all, self.phi0,
+                  np.zeros(0) if self.perp0 is None else self.perp0):
+            digest.update(np.ascontiguousarray(x, dtype=float).tobytes())
+        digest.update(repr((self.gamma, self.eta, self.activation, self.drive, self.keep, self.off,
+                            [str(m) for m in self.modes], self.tail_points, self.tail_sobol, self._exact_policy,
+                            TAIL_EVERY, TAIL_TOL, TAIL_SOBOL_SEED, TABLE_VERSION,
+                            tuple(float(x) if isinstance(x, (int, float)) else x for x in settings))).encode())
+        return digest.hexdigest()
+
+    def _read_checkpoint(self, path: Path, key: str) -> dict[str, Any]:
+        """The run's place kept in ``path`` (:meth:`run`), checked to be this flow's with these settings."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                saved = {name: z[name] for name in z.files}
+            if str(saved["key"]) != key:
+                raise MeanFieldError(f"meanfield: the checkpoint {path} is of another flow or other run settings; "
+                                     "delete it to start again, or give this run another checkpoint path")
+            t, steps, h, lam, rung, exact, seconds = (float(x) for x in saved["scalars"])
+        except MeanFieldError:
+            raise
+        except Exception as exc:   # a file cut short or not an npz: refused, not guessed at
+            raise MeanFieldError(f"meanfield: the checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); "
+                                 "delete it to start again") from None
+        self._rung, self.exact_tail = int(rung), bool(exact)
+        self._eigvec = saved["eigvec"] if saved["eigvec"].size else None
+        return {"state": (saved["a"], saved["W"], saved["b"], saved["C"]), "t": t, "steps": int(steps), "h": h,
+                "lam": lam, "ts": list(saved["ts"]), "fs": list(saved["fs"]), "tail_t": list(saved["tail_t"]),
+                "tail": list(saved["tail"]), "seconds": seconds}
 
 
 def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: float | None = None,
                          n_points: int | None = None, m: int = 12, h_max: float = 5.0, c: float = 1.5,
                          max_steps: int = 20000, seed: int = 0, tail: bool = False,
-                         drive: str = "basis", exact_tail: bool | None = None, progress: bool = False) -> Trajectory:
+                         drive: str = "basis", exact_tail: bool | None = None, progress: bool = False,
+                         checkpoint: str | os.PathLike[str] | None = None) -> Trajectory:
     """Follow the mean-field flow of the module docstring for ``theory`` (a
     :class:`~featureode.kernel.theory.KernelTheory` of the meanfield parametrization) up to ``t_max`` (default: the
     theory's config's) and return its curve on ``n_points`` log-spaced times from ``t_min`` (plus ``t = 0``).
@@ -858,7 +942,8 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     from the start (True), never (False), or from where the rules first fail to certify it (None, the default;
     :meth:`ReducedFlow.ptf_square`). Bad settings, or a parametrization other than
     meanfield, raise :class:`MeanFieldError`. ``progress``: a bar on stderr over t (the whole residual's runs take
-    minutes).
+    minutes). ``checkpoint``: a file where the run keeps its place every five minutes and from which a run of the
+    same theory and settings goes on (:meth:`ReducedFlow.run`; ``meta.info.resumed_from_t``).
     """
     own = dict(getattr(theory, "settings", None) or {})
     t_max = own.get("t_max") if t_max is None else t_max
@@ -884,7 +969,7 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
     with tqdm(total=float(t_max), disable=not progress, unit="t", dynamic_ncols=True, desc=name, leave=False,
               bar_format="{l_bar}{bar}| t = {n:.4g}/{total:.4g} [{elapsed}<{remaining}]") as bar:
         ts, fs, error = flow.run(float(t_max), t_min=t_min, h_max=float(h_max), c=float(c), max_steps=max_steps,
-                                 progress=lambda t: bar.update(t - bar.n))
+                                 progress=lambda t: bar.update(t - bar.n), checkpoint=checkpoint)
     v_all = flow.v_all
     loss = flow.loss(ts, fs)
     t50, t10 = crossing_time(ts, loss, 0.5), crossing_time(ts, loss, 0.1)
@@ -901,7 +986,8 @@ def meanfield_trajectory(theory: Any, t_max: float | None = None, *, t_min: floa
             "tail": None if flow.tail_points is None else {
                 "rule": flow._rule_label(flow._drive_rung()), "exact": flow.exact_tail,
                 "evaluations": int(flow.tail_path[0].size - 1), "at_end": float(flow.tail_path[1][-1])},
-            "seconds": time.perf_counter() - start}
+            "seconds": time.perf_counter() - start + (flow.resumed or {}).get("seconds", 0.0),
+            "resumed_from_t": None if flow.resumed is None else flow.resumed["t"]}
     return Trajectory("ode", name, tuple(str(x) for x in theory.modes), v_all, grid, flow.loss(grid, f_out),
                       f=f_out, in_support_loss=in_support_loss(f_out, v_all), t50=t50, t10=t10,
                       meta={"info": info, "parameter_free": True, "uses_measurements": False},
