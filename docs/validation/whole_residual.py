@@ -7,7 +7,10 @@ through the tail's Gauss–Hermite rule: the gradient flow of the loss on T
 eigenvalue of that flow's own kernel. Nothing is fitted.
 
 Ratios are per seed (flow/MLP), then averaged over the case's seeds, as ``closure_scores.py`` does; each flow runs to
-a loss of 0.05 or 3× the latest seed's t10 (6× its t50 without one), at most 5000 RK4 steps. One run gives both
+a loss of 0.05 (``--stop-loss``) or 3× the latest seed's t10 (6× its t50 without one), at most 5000 RK4 steps.
+A stop loss just below 0.1 ends a run soon after its t10, the last number scored: about 38 of the 142 steps of
+wide2's ``z0*z1*z2`` (steps of 5 from t10 = 383 to 571), the finest-ruled ones, follow the curve from 0.1 to 0.05.
+One run gives both
 bases: the flow does not read the basis, and the target basis' loss is the extended one less its modes outside T
 (:meth:`~featureode.ode.meanfield.ReducedFlow.loss_on_T`; cases kept before this was recorded have no target-basis
 ratio). A configuration that another suite's file holds (the standard suite's base is the wide suite's) is not run
@@ -92,13 +95,14 @@ def earlier_flow(case: tuple) -> "tuple[str, dict] | None":
 
 
 def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tuple[int, ...] | None = None,
-               exact_tail: bool = False, checkpoint: Path | None = None) -> dict:
+               exact_tail: bool = False, checkpoint: Path | None = None, stop_loss: float = 0.05) -> dict:
     """Run ``meanfield+whole`` on one case and score it against every stored training of it, on the extended
     basis (``ratios``) and on the target basis (``ratios_T``, the loss on T: :meth:`ReducedFlow.loss_on_T`).
     ``sobol``: the Sobol' rungs' exponents for |T| ≥ 3 in place of the package's ``TAIL_SOBOL``. ``exact_tail``:
     the tail by pair moments from the start (relu, erf; ``ReducedFlow(exact_tail=True)``), not only from where the
     rules stop certifying it. ``checkpoint``: the flow keeps its place there every five minutes and goes on from
-    it when run again (:meth:`ReducedFlow.run`); ``seconds`` then counts every session's."""
+    it when run again (:meth:`ReducedFlow.run`); ``seconds`` then counts every session's. ``stop_loss``: the loss
+    at which the flow stops (kept as ``stop_loss``)."""
     seeds = stored(suite, case)
     out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds]}
     if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
@@ -131,8 +135,9 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
                 print(f"  {out['label']}: t = {t:.1f} of {horizon:.0f} after {(last[0] - start) / 60:.0f} min",
                       file=sys.stderr, flush=True)
 
-        ts, fs, error = flow.run(horizon, stop_loss=0.05, max_steps=5000, integrator=integrator, progress=progress,
-                                 checkpoint=checkpoint)
+        ts, fs, error = flow.run(horizon, stop_loss=stop_loss, max_steps=5000, integrator=integrator,
+                                 progress=progress, checkpoint=checkpoint)
+        out["stop_loss"] = stop_loss
         if flow.resumed is not None:
             out["resumed_from_t"] = flow.resumed["t"]
             start -= flow.resumed["seconds"]
@@ -208,7 +213,11 @@ def main() -> int:
     parser.add_argument("--checkpoint-dir", type=Path, default=None,
                         help="where each flow keeps its place every five minutes, SUITE_CASE.npz (default: "
                         "checkpoints/ in featureode's cache folder); a case run again goes on from its place")
+    parser.add_argument("--stop-loss", type=float, default=0.05,
+                        help="the loss at which each flow stops (default 0.05; 0.09 ends it soon after its t10)")
     args = parser.parse_args()
+    if not 0 < args.stop_loss < 0.1:
+        parser.error(f"--stop-loss {args.stop_loss} must be in (0, 0.1): a flow must pass t10 (a loss of 0.1)")
     args.checkpoint_dir = args.checkpoint_dir or cache_dir() / "checkpoints"
     args.json = args.json or HERE / f"whole_residual_{args.suite}.json"
     kept = json.loads(args.json.read_text()) if args.json.exists() else {}
@@ -218,7 +227,7 @@ def main() -> int:
                 "ratios_T" not in kept[key] or "not resolved" in kept[key].get("note", ""))):
             continue
         r = score_case(args.suite, case, args.integrator, args.sobol, args.exact_tail,
-                       args.checkpoint_dir / f"{args.suite}_{i}.npz")
+                       args.checkpoint_dir / f"{args.suite}_{i}.npz", args.stop_loss)
         keep_result(args.json, key, r)   # other processes may have kept cases of this suite meanwhile
         kept = json.loads(args.json.read_text())
         print(f"{i}: {r['label']}: {r.get('ratios')} {r.get('note', '')} ({r.get('seconds', 0):.0f} s)",
