@@ -128,8 +128,13 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
         if flow.tail_sobol:
             out["sobol"] = list(flow.tail_sobol)
         horizon, last = stored_horizon(seeds), [start]
+        said = [False]
 
         def progress(t: float) -> None:   # a line every five minutes: these runs take up to hours
+            if flow.resumed is not None and not said[0]:
+                said[0] = True
+                print(f"  {out['label']}: went on from its checkpoint at t = {flow.resumed['t']:.1f} "
+                      f"({flow.resumed['seconds'] / 60:.0f} min before)", file=sys.stderr, flush=True)
             if time.time() - last[0] >= 300:
                 last[0] = time.time()
                 print(f"  {out['label']}: t = {t:.1f} of {horizon:.0f} after {(last[0] - start) / 60:.0f} min",
