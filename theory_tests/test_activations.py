@@ -283,6 +283,13 @@ def test_fused_means_against_oracle(name: str, backend: str, monkeypatch: pytest
         np.testing.assert_allclose(rows[:, i], fn(b, np.full(b.size, s[i])), rtol=1e-14, atol=1e-16)
         np.testing.assert_allclose(rows[:, i, i], ref[:, i], rtol=1e-12, atol=1e-15)
     assert fn(0.3, 0.5).shape == (len(ks),)
+    # out=: the same numbers written into a given array (kept across calls by the mean-field flow), flat and rows
+    out = np.full((len(ks), b.size), np.nan)
+    assert fn(b, s, out=out) is out and np.array_equal(out, flat)
+    out_rows = np.full((len(ks), 2, b.size), np.nan)
+    assert fn(np.tile(b, (2, 1)), s[:2, None], out=out_rows) is out_rows and np.array_equal(out_rows, rows)
+    with pytest.raises(ValueError, match="out must be a C-contiguous float64 array of shape"):
+        fn(b, s, out=np.empty((len(ks), b.size + 1)))
     with np.errstate(all="ignore"):   # s = 0: inf/nan as NumPy gives them, never an exception
         assert fn(np.array([0.3, -0.2]), np.zeros(2)).shape == (len(ks), 2)
 

@@ -696,6 +696,10 @@ def test_table_splines_are_fitpacks_surfaces(backend, monkeypatch):
     monkeypatch.setitem(loops._CHOSEN, "_bspline_rows", backend)
     xr, yr = x[:5000].reshape(50, 100), y[:50]
     rows = loops.bspline_rows(tx, ty, coefs, xr, yr)
+    out = np.full(rows.shape, np.nan)
+    assert loops.bspline_rows(tx, ty, coefs, xr, yr, out=out) is out and np.array_equal(out, rows)
+    with pytest.raises(ValueError, match="out must be a C-contiguous float64 array"):
+        loops.bspline_rows(tx, ty, coefs, xr, yr, out=np.empty(rows.shape, dtype=np.float32))
     for k, sp in enumerate(splines):
         np.testing.assert_allclose(rows[k], sp.ev(xr, np.repeat(yr, 100).reshape(50, 100)), rtol=0,
                                    atol=1e-13 * np.abs(tables[k]).max())

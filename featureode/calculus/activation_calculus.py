@@ -336,11 +336,13 @@ class Activation:
         exec(compile(path.read_text(), str(path), "exec"), namespace)
         return namespace["m"]
 
-    def means_numpy(self, ks: tuple[int, ...]) -> Callable[[Any, Any], np.ndarray]:
+    def means_numpy(self, ks: tuple[int, ...]) -> Callable[..., np.ndarray]:
         """``(b, s) ↦ [m_k(b, s) for k in ks]`` (shape ``len(ks) × shape``) from the closed form, the orders
         evaluated together with their common sub-expressions computed once (``sympy.cse``: ReLU's ``Φ(b/s)`` and
         ``φ(b/s)`` serve ``m_0``, ``m_1`` and ``m_2``). ``b`` and ``s`` broadcast; ``s`` of shape ``(n, 1)`` beside
-        ``b`` of ``(n, q)`` (one value per row) is read once per row.
+        ``b`` of ``(n, q)`` (one value per row) is read once per row. ``out=``: a C-contiguous float64 array of
+        the result's shape to write into, so that a caller evaluating large grids again and again (the mean-field
+        flow's whole drive: 3 × 2¹² × 2¹⁵ values per velocity) does not fault in fresh pages each time.
 
         Where every function of the closed form has a ``math`` counterpart (erf, exp, …), the expressions are
         printed as one loop over the points and compiled by numba (7× NumPy's elementwise passes on ReLU's
@@ -361,7 +363,7 @@ class Activation:
                                  ).hexdigest()[:24]
             loop = _fused_loop(f"means_loop_{key}.py", exprs) if compiled else None
             if loop is not None:
-                fn: Callable[[Any, Any], np.ndarray] = functools.partial(_run_fused_loop, loop, len(ks))
+                fn: Callable[..., np.ndarray] = functools.partial(_run_fused_loop, loop, len(ks))
             else:
                 path, _ = cached_text(f"means_{key}.py", lambda: _means_source(exprs))
                 namespace: dict[str, Any] = {}
@@ -427,24 +429,40 @@ def _means_source(exprs: list[sp.Expr]) -> str:
     return _scipy_source(body)
 
 
-def _run_fused_loop(loop: Callable[..., None], n: int, b: Any, s: Any) -> np.ndarray:
-    """``n`` orders at ``(b, s)`` by a compiled loop of :func:`_fused_loop` (``s`` a column: once per row)."""
+def _fused_out(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``out`` checked to be a C-contiguous float64 array of ``shape`` (None stays None)."""
+    if out is not None and (out.shape != shape or out.dtype != np.float64 or not out.flags.c_contiguous):
+        raise ValueError(f"out must be a C-contiguous float64 array of shape {shape}, got {out.dtype} {out.shape}")
+    return out
+
+
+def _run_fused_loop(loop: Callable[..., None], n: int, b: Any, s: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """``n`` orders at ``(b, s)`` by a compiled loop of :func:`_fused_loop` (``s`` a column: once per row), written
+    into ``out`` when given (shape ``n × shape``, reused by a caller that evaluates large grids again and again)."""
     b, s = np.asarray(b, float), np.asarray(s, float)
     if b.ndim == 2 and s.shape == (b.shape[0], 1):   # a value of s per row
-        out = np.empty((n, *b.shape))
-        loop(np.ascontiguousarray(b), np.ascontiguousarray(s[:, 0]), out)
-        return out
+        full = _fused_out(out, (n, *b.shape))
+        full = np.empty((n, *b.shape)) if full is None else full
+        loop(np.ascontiguousarray(b), np.ascontiguousarray(s[:, 0]), full)
+        return full
     b, s = np.broadcast_arrays(b, s)
-    flat = np.empty((n, b.size, 1))
+    given = _fused_out(out, (n, *b.shape))
+    flat = np.empty((n, b.size, 1)) if given is None else given.reshape((n, b.size, 1))
     loop(np.ascontiguousarray(b).reshape(-1, 1), np.ascontiguousarray(s).reshape(-1), flat)
-    return flat.reshape((n, *b.shape))
+    return flat.reshape((n, *b.shape)) if given is None else given
 
 
-def _run_fused_numpy(raw: Callable[[Any, Any], tuple], b: Any, s: Any) -> np.ndarray:
-    """The orders at ``(b, s)`` by the NumPy statements of :func:`_means_source`."""
+def _run_fused_numpy(raw: Callable[[Any, Any], tuple], b: Any, s: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """The orders at ``(b, s)`` by the NumPy statements of :func:`_means_source` (into ``out`` when given)."""
     b, s = np.asarray(b, float), np.asarray(s, float)
     shape = np.broadcast_shapes(b.shape, s.shape)
-    return np.stack([np.broadcast_to(np.asarray(v, dtype=float), shape) for v in raw(b, s)])
+    vals = [np.broadcast_to(np.asarray(v, dtype=float), shape) for v in raw(b, s)]
+    given = _fused_out(out, (len(vals), *shape))
+    if given is None:
+        return np.stack(vals)
+    for j, v in enumerate(vals):
+        given[j] = v
+    return given
 
 
 def _fused_loop(name: str, exprs: list[Any]) -> Callable[..., None] | None:

@@ -237,10 +237,11 @@ class MeanTable:
             spline = self._splines[key] = (tx, ty, np.asarray(c).reshape(tx.size - 4, ty.size - 4))
         return spline
 
-    def many(self, ks: tuple[int, ...], b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    def many(self, ks: tuple[int, ...], b: np.ndarray, s: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``m_k(b, s)`` for every order of ``ks`` (shape ``len(ks) × b.shape``), in one pass over the points. With
         ``b`` of rows × points and ``s`` a column (one value per row: a neuron's ``s`` at every node of a rule),
-        the spline is reduced to a cubic in ``b`` once per row (:func:`featureode.kernel.loops.bspline_rows`)."""
+        the spline is reduced to a cubic in ``b`` once per row (:func:`featureode.kernel.loops.bspline_rows`), and
+        written into ``out`` when given."""
         b, s = np.asarray(b, float), np.asarray(s, float)
         rows = b.ndim == 2 and s.shape == (b.shape[0], 1)
         if not rows:
@@ -255,7 +256,13 @@ class MeanTable:
         splines = [self._spline(k) for k in ks]
         tx, ty, _ = splines[0]   # one grid, so the same knots for every order
         coefs = np.stack([c for _, _, c in splines])
-        return bspline_rows(tx, ty, coefs, b, s[:, 0]) if rows else bspline_surface(tx, ty, coefs, b, s)
+        if rows:
+            return bspline_rows(tx, ty, coefs, b, s[:, 0], out=out)
+        vals = bspline_surface(tx, ty, coefs, b, s)
+        if out is not None:
+            out[...] = vals
+            return out
+        return vals
 
     def __call__(self, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
         return self.many((k,), b, s)[0]
@@ -328,10 +335,11 @@ class ClosedMeans:
     def __call__(self, k: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
         return np.asarray(self.act.mean_numpy(k)(b, s))
 
-    def many(self, ks: tuple[int, ...], b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    def many(self, ks: tuple[int, ...], b: np.ndarray, s: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``m_k(b, s)`` for every order of ``ks`` (shape ``len(ks) × b.shape``; ``s`` broadcast to ``b``, a column
-        read once per row), the orders in one pass with their common parts shared (``Activation.means_numpy``)."""
-        return self.act.means_numpy(tuple(ks))(b, s)
+        read once per row), the orders in one pass with their common parts shared (``Activation.means_numpy``),
+        written into ``out`` when given."""
+        return self.act.means_numpy(tuple(ks))(b, s, out=out)
 
 
 def _means(activation: str) -> "ClosedMeans | MeanTable":
@@ -411,6 +419,7 @@ class ReducedFlow:
             raise MeanFieldError("meanfield: drive='whole' (meanfield+whole) needs coordinates outside the target's "
                                  "directions to smooth the neurons' ridges (data dim > the target's); use meanfield")
         self._whole: tuple[tuple, int, tuple[np.ndarray, ...]] | None = None   # (state, rung, (M0, M1, M2))
+        self._buffers: tuple[np.ndarray, np.ndarray] | None = None   # u and (M0, M1, M2) of :meth:`_whole_means`
         self.integrator = "rk4"   # the integrator of the last :meth:`run`
         self._eigvec: np.ndarray | None = None   # the last top eigenvector of the whole flow's kernel (warm start)
         #: ``(t, tail)`` of the last :meth:`run`: the tail loss where it was evaluated (:meth:`loss`)
@@ -683,10 +692,17 @@ class ReducedFlow:
             return self._whole[2]
         (Z, _, _), _ = self._drive_rule()
         _, W, b, C = state
-        self._whole = None   # the last state's arrays go before the new ones are made (neurons × nodes, each)
-        U = W @ Z.T + b[:, None]
-        means = tuple(self._mean.many((0, 1, 2), U, np.sqrt(self._perp(C, 1))[:, None]))
-        del U
+        self._whole = None
+        # u and the means in arrays kept from call to call (neurons × nodes each: 1 GB apiece at 2^12 × 2^15),
+        # not made afresh: faulting in new pages cost about a fifth of a velocity
+        shape = (W.shape[0], Z.shape[0])
+        if self._buffers is None or self._buffers[0].shape != shape:
+            self._buffers = None   # the old rung's go first
+            self._buffers = (np.empty(shape), np.empty((3, *shape)))
+        U, out = self._buffers
+        np.matmul(W, Z.T, out=U)
+        U += b[:, None]
+        means = tuple(self._mean.many((0, 1, 2), U, np.sqrt(self._perp(C, 1))[:, None], out=out))
         self._whole = (state, rung, means)
         return means
 
