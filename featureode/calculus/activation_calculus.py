@@ -36,7 +36,7 @@ from featureode.calculus import expfamily
 from featureode.core.errors import FeatureODEError
 from featureode.calculus.hermite import check_order
 from featureode.calculus.mean_series import point_means
-from featureode.calculus.numerics import _numpy_namespace, _stable, _torch_namespace
+from featureode.calculus.numerics import _numpy_namespace, _stable, _torch_namespace, out_array
 from featureode.calculus.quadrature import composite_mean, hermite_quad, hermite_quad_all
 
 U = sp.Symbol("u", real=True)
@@ -429,27 +429,19 @@ def _means_source(exprs: list[sp.Expr]) -> str:
     return _scipy_source(body)
 
 
-def _fused_out(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
-    """``out`` checked to be a C-contiguous float64 array of ``shape`` (None stays None)."""
-    if out is not None and (out.shape != shape or out.dtype != np.float64 or not out.flags.c_contiguous):
-        raise ValueError(f"out must be a C-contiguous float64 array of shape {shape}, got {out.dtype} {out.shape}")
-    return out
-
-
 def _run_fused_loop(loop: Callable[..., None], n: int, b: Any, s: Any, out: np.ndarray | None = None) -> np.ndarray:
     """``n`` orders at ``(b, s)`` by a compiled loop of :func:`_fused_loop` (``s`` a column: once per row), written
     into ``out`` when given (shape ``n × shape``, reused by a caller that evaluates large grids again and again)."""
     b, s = np.asarray(b, float), np.asarray(s, float)
     if b.ndim == 2 and s.shape == (b.shape[0], 1):   # a value of s per row
-        full = _fused_out(out, (n, *b.shape))
-        full = np.empty((n, *b.shape)) if full is None else full
+        full = out_array(out, (n, *b.shape))
         loop(np.ascontiguousarray(b), np.ascontiguousarray(s[:, 0]), full)
         return full
     b, s = np.broadcast_arrays(b, s)
-    given = _fused_out(out, (n, *b.shape))
-    flat = np.empty((n, b.size, 1)) if given is None else given.reshape((n, b.size, 1))
-    loop(np.ascontiguousarray(b).reshape(-1, 1), np.ascontiguousarray(s).reshape(-1), flat)
-    return flat.reshape((n, *b.shape)) if given is None else given
+    full = out_array(out, (n, *b.shape))
+    # a view of full (C-contiguous), so the loop writes into it
+    loop(np.ascontiguousarray(b).reshape(-1, 1), np.ascontiguousarray(s).reshape(-1), full.reshape((n, b.size, 1)))
+    return full
 
 
 def _run_fused_numpy(raw: Callable[[Any, Any], tuple], b: Any, s: Any, out: np.ndarray | None = None) -> np.ndarray:
@@ -457,12 +449,10 @@ def _run_fused_numpy(raw: Callable[[Any, Any], tuple], b: Any, s: Any, out: np.n
     b, s = np.asarray(b, float), np.asarray(s, float)
     shape = np.broadcast_shapes(b.shape, s.shape)
     vals = [np.broadcast_to(np.asarray(v, dtype=float), shape) for v in raw(b, s)]
-    given = _fused_out(out, (len(vals), *shape))
-    if given is None:
-        return np.stack(vals)
+    full = out_array(out, (len(vals), *shape))
     for j, v in enumerate(vals):
-        given[j] = v
-    return given
+        full[j] = v
+    return full
 
 
 def _fused_loop(name: str, exprs: list[Any]) -> Callable[..., None] | None:

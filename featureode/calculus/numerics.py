@@ -128,3 +128,15 @@ def _torch_namespace() -> dict[str, Any]:
                "heaviside": heaviside})
     ns.update({"pi": math.pi, "e": math.e})  # type: ignore[dict-item]  # constants beside the functions
     return ns
+
+
+def out_array(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """The array a function writes its result of ``shape`` into: ``out`` when given (it must be a C-contiguous
+    float64 array of that shape, else a ValueError naming both), a new one when None. For callers that evaluate
+    large grids again and again and keep one array (the mean-field flow's whole drive)."""
+    if out is None:
+        return np.empty(shape)
+    if out.shape != tuple(shape) or out.dtype != np.float64 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float64 array of shape {tuple(shape)}, got {out.dtype} "
+                         f"{out.shape}")
+    return out

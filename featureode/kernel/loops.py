@@ -697,15 +697,6 @@ def _bspline_rows_numpy(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np
     out[...] = flat.reshape(out.shape)
 
 
-def _out_buffer(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
-    """``out`` when it is a C-contiguous float64 array of ``shape``, a new one when None; else a ValueError."""
-    if out is None:
-        return np.empty(shape)
-    if out.shape != shape or out.dtype != np.float64 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous float64 array of shape {shape}, got {out.dtype} {out.shape}")
-    return out
-
-
 def bspline_rows(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarray, y: np.ndarray,
                  out: np.ndarray | None = None) -> np.ndarray:
     """:func:`bspline_surface` at the points ``(x[n, p], y[n])`` (``x``: rows × points, ``y``: one per row), shape
@@ -715,7 +706,9 @@ def bspline_rows(tx: np.ndarray, ty: np.ndarray, coefs: np.ndarray, x: np.ndarra
     y = np.ascontiguousarray(y, dtype=float).ravel()
     if x.ndim != 2 or y.size != x.shape[0]:
         raise ValueError(f"bspline_rows needs x of rows × points and one y per row, got {x.shape} and {y.shape}")
-    out = _out_buffer(out, (coefs.shape[0],) + x.shape)
+    from featureode.calculus.numerics import out_array
+
+    out = out_array(out, (coefs.shape[0],) + x.shape)
     _call("_bspline_rows", 1, np.ascontiguousarray(tx, dtype=float), np.ascontiguousarray(ty, dtype=float),
           np.ascontiguousarray(coefs, dtype=float), x, y, out)
     return out
