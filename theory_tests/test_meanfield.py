@@ -549,8 +549,8 @@ def test_whole_flow_rkc_against_rk4():
 
 def test_run_from_a_checkpoint_is_the_run_without_a_break(tmp_path):
     """``run(checkpoint=…)`` keeps the run's place; a run stopped by a failure (here its ``progress`` raising) and
-    started again on a fresh flow goes on from the place kept and returns the curve, the tail's path and the final
-    state of the run without a break, bit for bit. The whole residual's flow of 120 given neurons (erf) with product
+    started again on a fresh flow goes on from the place kept and returns the curve and the tail's path of the run
+    without a break, bit for bit, ending with the same rung and exact-tail switch. The whole residual's flow of 120 given neurons (erf) with product
     rules of 2³, 4³, 8³ points, whose tail turns exact at t ≈ 8.5: one break before that (the rules' rung and the
     exact-tail switch still to come) and one after (both restored). A checkpoint of other settings, or a file that
     is not one, is refused in one line; the file is gone once the run has ended."""
