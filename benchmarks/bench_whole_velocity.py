@@ -41,7 +41,8 @@ def main() -> int:
     flow = ReducedFlow.from_theory(kernel_theory(cfg, with_gram=True), drive="whole")
     flow._rung = flow._rungs() - 2          # the drive on the finest rung (Sobol' 2^15)
     a, W, b, C = flow.state0
-    state = (a, 1.5 * W, b, C + 0.3)        # neurons grown inside T and shrunk outside it, as late in a run
+    # neurons grown inside T and shrunk outside it, as late in a run
+    state: tuple[np.ndarray, ...] = (a, 1.5 * W, b, C + 0.3)
     t0 = time.perf_counter()
     v = flow.velocity(state)
     first = time.perf_counter() - t0
