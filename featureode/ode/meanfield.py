@@ -850,8 +850,7 @@ class ReducedFlow:
             buf = io.BytesIO()
             a, W, b, C = state
             np.savez(buf, key=np.array(key), a=a, W=W, b=b, C=C,
-                     scalars=np.array([t, steps, h, lam, self._rung, self.exact_tail,
-                                       kept + time.monotonic() - wall]),
+                     scalars=np.array([t, steps, h, lam, self._rung, self.exact_tail, kept]),
                      ts=np.array(ts), fs=np.array(fs), tail_t=np.array(tail_t), tail=np.array(tail),
                      eigvec=np.zeros(0) if self._eigvec is None else self._eigvec)
             atomic_bytes(path, buf.getvalue(), durable=False)
@@ -899,9 +898,10 @@ class ReducedFlow:
                 progress(t)
             if stop_loss > 0 and float(((self.v_all - f) ** 2).sum()) / norm2 + tail[-1] <= stop_loss:
                 break
-            if path is not None and time.monotonic() - wall >= checkpoint_every:
+            now = time.monotonic()
+            if path is not None and now - wall >= checkpoint_every:
+                kept, wall = kept + now - wall, now   # the wall seconds of every session so far
                 keep()
-                kept, wall = kept + time.monotonic() - wall, time.monotonic()
         return done(None)
 
     def _checkpoint_key(self, settings: tuple) -> str:
