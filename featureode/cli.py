@@ -477,6 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--quiet", action="store_true", help="no progress bar")
         if name == "simulate":
             c.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt")
+        else:
+            c.epilog = ("A mean-field variant (meanfield, meanfield+tail, meanfield+whole) keeps its place in "
+                        "DIR/checkpoint_VARIANT.npz every five minutes while it runs; the same command on the same "
+                        "DIR goes on from it.")
         if name == "compare":
             c.add_argument("--figure-variant", action="append", metavar="NAME",
                            help="ODE variant drawn in the figure's mode and eigenvalue panels (repeatable; default: "

@@ -624,6 +624,49 @@ def test_meanfield_trajectory_goes_on_from_a_checkpoint(tmp_path):
     assert again.status.complete and not path.exists()
 
 
+def test_solve_config_goes_on_from_a_broken_meanfield_run(tmp_path, monkeypatch):
+    """``solve_config(cfg, out)`` (the CLI's ``solve`` and ``compare``) keeps each mean-field variant's place in
+    ``out/checkpoint_meanfield.npz``: a run broken part-way is taken up by the same call on the same folder and gives
+    the curve of the run without a break, and the file is gone once the run ends. A folder claimed for another
+    config refuses while the file is there, and ``--force`` removes it with the folder's other results."""
+    from featureode.workflow import runs
+
+    cfg = _small(ode={"variants": ["meanfield"]})
+    whole = solve_config(cfg).variants["meanfield"]     # no folder, no checkpoint
+    assert whole.meta["info"]["resumed_from_t"] is None
+
+    class Broken(Exception):
+        pass
+
+    def fail(t):
+        if t > 10.0:
+            raise Broken
+    real = ReducedFlow.run
+    monkeypatch.setattr(ReducedFlow, "run", lambda self, *args, **kw: real(
+        self, *args, **{**kw, "progress": fail, "checkpoint_every": 0}))
+    with pytest.raises(Broken):
+        solve_config(cfg, tmp_path)
+    monkeypatch.undo()
+    path = tmp_path / "checkpoint_meanfield.npz"
+    assert path.exists()
+    again = solve_config(cfg, tmp_path).variants["meanfield"]
+    assert 0 < again.meta["info"]["resumed_from_t"] <= 10.0 and again.status.complete
+    np.testing.assert_array_equal(again.loss, whole.loss)
+    np.testing.assert_array_equal(again.f, whole.f)
+    assert not path.exists()
+
+    folder = tmp_path / "run"
+    runs.prepare(folder, cfg)
+    runs.release(folder)
+    (folder / "checkpoint_meanfield_whole.npz").write_bytes(b"a place kept by a run of cfg")
+    other = _small(ode={"variants": ["meanfield"]}, network={"richness": 0.3})
+    with pytest.raises(FileExistsError, match="holds results of a different config"):
+        runs.prepare(folder, other)
+    runs.prepare(folder, other, force=True)
+    runs.release(folder)
+    assert not (folder / "checkpoint_meanfield_whole.npz").exists()
+
+
 def test_meanfield_progress_bar(capsys):
     """``progress=True`` shows a bar over t on stderr (the CLI's ``solve``/``compare`` without ``--quiet``); the
     curve is the one without it. ``ReducedFlow.run`` calls its ``progress`` with each step's t, up to t_max."""

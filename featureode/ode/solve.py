@@ -51,7 +51,8 @@ from featureode.ode.runners import (  # noqa: F401  (the constants are re-export
 )
 from featureode.results.metrics import in_support_loss, relative_loss
 from featureode.results.trajectory import ODEResult, Status, Trajectory
-from featureode.ode.variants import MEANFIELD, MEANFIELD_NAMES, MEANFIELD_WHOLE, REPLAY, Variant, variants_from_config
+from featureode.ode.variants import (MEANFIELD, MEANFIELD_NAMES, MEANFIELD_WHOLE, REPLAY, Variant,
+                                     meanfield_checkpoint_name, variants_from_config)
 
 if TYPE_CHECKING:  # type-only imports (these modules sit above this layer or are heavy)
     from featureode.kernel.theory import KernelTheory
@@ -366,7 +367,7 @@ def solve_variant(theory: KernelTheory, variant: "Variant | str", t_max: float |
 # configs
 # ----------------------------------------------------------------------------------------------------------------
 def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile: bool | None = None,
-                      progress: bool = False) -> ODEResult:
+                      progress: bool = False, out_dir: "str | Path | None" = None) -> ODEResult:
     o = cfg.ode
     t_min = min(cfg.training.t_min, cfg.training.t_max / 10)
     variants: dict[str, Trajectory] = {}
@@ -380,10 +381,10 @@ def _solve_one_config(cfg: Any, theory: Any, allow_replay: bool = False, compile
         if isinstance(variant, str):
             from featureode.ode.meanfield import MeanFieldError, meanfield_trajectory
             try:
-                variants[variant] = meanfield_trajectory(theory, cfg.training.t_max, t_min=t_min,
-                                                         n_points=o.n_points, tail=variant != MEANFIELD,
-                                                         drive="whole" if variant == MEANFIELD_WHOLE else "basis",
-                                                         progress=progress)
+                variants[variant] = meanfield_trajectory(
+                    theory, cfg.training.t_max, t_min=t_min, n_points=o.n_points, tail=variant != MEANFIELD,
+                    drive="whole" if variant == MEANFIELD_WHOLE else "basis", progress=progress,
+                    checkpoint=None if out_dir is None else Path(out_dir) / meanfield_checkpoint_name(variant))
             except MeanFieldError as exc:
                 variants[variant] = Trajectory.failed(variant, theory.modes, theory.target, str(exc))
             continue
@@ -421,12 +422,16 @@ def solve_config(cfg: "Config", out_dir: "str | Path | None" = None,
     ``replay`` needs a simulation: it is a :class:`~featureode.ode.variants.VariantError` here unless ``allow_replay``
     (a caller such as compare that adds :func:`featureode.ode.replay.replay` itself), which skips it. ``compile``:
     as in :func:`solve_variant` (default: the numba integrator when cached, else the NumPy one). ``progress``: a
-    bar on stderr for each mean-field variant (seconds to minutes; the closures take well under a second).
+    bar on stderr for each mean-field variant (seconds to hours; the closures take well under a second). With
+    ``out_dir``, a mean-field variant keeps its place there every five minutes
+    (:func:`~featureode.ode.variants.meanfield_checkpoint_name`, removed when its run ends), and a call on the same
+    folder after an interruption goes on from it, with the curve of a run without a break.
     """
     from featureode.config import require_config
 
     cfg = require_config(cfg, "solve_config", SolveError)
-    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay, compile, progress)
+    result = _solve_one_config(cfg, _theory_for(cfg) if theory is None else theory, allow_replay, compile, progress,
+                               out_dir)
     if out_dir is not None:
         result.save(out_dir)
     return result

@@ -329,6 +329,17 @@ MEANFIELD_WHOLE = MEANFIELD + "+whole"
 MEANFIELD_NAMES = (MEANFIELD, MEANFIELD_TAIL, MEANFIELD_WHOLE)
 
 
+def meanfield_checkpoint_name(name: str) -> str:
+    """The file of a run folder in which :func:`featureode.ode.solve.solve_config` keeps the place of the mean-field
+    variant ``name`` while it runs (``checkpoint_meanfield_whole.npz``; :meth:`ReducedFlow.run`'s checkpoint, removed
+    when the run ends): the same command on the same folder goes on from it."""
+    return f"checkpoint_{name.replace('+', '_')}.npz"
+
+
+#: The checkpoint files of :data:`MEANFIELD_NAMES` in a run folder (:func:`meanfield_checkpoint_name`).
+MEANFIELD_CHECKPOINTS = tuple(meanfield_checkpoint_name(n) for n in MEANFIELD_NAMES)
+
+
 def variants_from_config(cfg: ODEConfig, allow_replay: bool = False) -> list[Variant]:
     """The variants of an ``[ode]`` config table (:class:`featureode.config.ODEConfig`), in the listed order.
 

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Sequence
 from featureode.core.errors import FeatureODEError
 from featureode.config import MLP_SECTIONS, Config, config_from_dict
 from featureode.core.provenance import provenance
+from featureode.ode.variants import MEANFIELD_CHECKPOINTS
 from featureode.results.trajectory import ODEResult, Trajectory, TrajectoryFileError, check_npz, write_json
 
 #: How long a command waits for another command to release a folder before refusing.
@@ -43,7 +44,7 @@ DONE = "done.json"
 LOCK = ".featureode.lock"
 #: Result files of the ODE and the report (depend on every config section).
 ODE_FILES = ("ode.json", "ode.npz", "report.json", "report.md", "report.png", "report.pdf", "report.svg",
-             "report_diagnostics.png", "report_diagnostics.pdf", "report_diagnostics.svg")
+             "report_diagnostics.png", "report_diagnostics.pdf", "report_diagnostics.svg", *MEANFIELD_CHECKPOINTS)
 #: Result files of the simulation (depend on :data:`~featureode.config.MLP_SECTIONS` only).
 MLP_FILES = ("mlp.json", "mlp.npz", "checkpoint.pt")
 
