@@ -710,6 +710,44 @@ def test_whole_residual_flow_does_not_read_the_basis():
     np.testing.assert_allclose(tgt.loss_on_T(ts_t, fs_t), tgt.loss(ts_t, fs_t), atol=0)
 
 
+def test_tables_reach_far_biases(monkeypatch, tmp_path):
+    """The tables of means reach |b| ≈ 10⁴ (a neuron that learns a linear part of the target goes far out in b: a
+    wide2 SiLU bias passed the first table's 100). Beyond |b| = 100 they hold the activation's asymptotes, which an
+    independent closed form gives: SiLU ``x sigmoid(x)`` is ``x`` up to ``x e^{−x}`` on the right and 0 on the left,
+    tanh is ±1 up to ``2e^{−2|x|}``, so for |b| ≥ 150 and s ≤ 10 (``e^{−b²/8s²}`` of the mass where they are not)
+    ``m_0 = max(b, 0)``, ``m_1 = [b > 0]`` and ``m_2 = 0`` for SiLU (``m_k = E σ^{(k)}(b + sξ)``), ``m_0 = sign b``
+    and ``m_1 = 0`` for tanh, to rounding. Points between, at every s, match the quadrature that fills the tables
+    as the points within |b| ≤ 100 do. (The package's b grid, a shorter s grid of 40 points to keep the test
+    fast.)"""
+    from featureode.calculus.activations import get_activation
+
+    monkeypatch.setenv("FEATUREODE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(MeanTable, "S", np.geomspace(0.02, 10.0, 40))
+    monkeypatch.setattr(MeanTable, "_splines", {})
+    assert MeanTable.B[0] == -MeanTable.B[-1] and MeanTable.B[-1] > 1e4
+    rng = np.random.default_rng(5)
+    b = rng.uniform(150, 1e4, 3000) * rng.choice([-1, 1], 3000)
+    s = np.exp(rng.uniform(math.log(0.02), math.log(10.0), 3000))
+    silu, tanh = MeanTable(get_activation("silu")), MeanTable(get_activation("tanh"))
+    m0, m1, m2 = silu.many((0, 1, 2), b, s)
+    np.testing.assert_allclose(m0, np.maximum(b, 0), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(m1, (b > 0).astype(float), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(m2, 0, atol=1e-9)
+    t0, t1 = tanh.many((0, 1), b, s)
+    np.testing.assert_allclose(t0, np.sign(b), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(t1, 0, atol=1e-9)
+    for table in (silu, tanh):
+        quad = table.act.mean_numpy(1)
+        far = rng.uniform(100, 1e4, 2000) * rng.choice([-1, 1], 2000)
+        near = rng.uniform(-100, 100, 2000)
+        ss = np.exp(rng.uniform(math.log(0.02), math.log(10.0), 2000))
+        err_far = np.abs(table(1, far, ss) - quad(far, ss)).max()
+        err_near = np.abs(table(1, near, ss) - quad(near, ss)).max()
+        assert err_far <= max(err_near, 1e-9) and err_near < 1e-4, (table.act.name, err_far, err_near)
+    with pytest.raises(MeanFieldError, match=r"left the table of m_k of silu .* the table holds \|b\| ≤ 10151"):
+        silu(0, np.array([2e4]), np.array([1.0]))
+
+
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_table_splines_are_fitpacks_surfaces(backend, monkeypatch):
     """The compiled evaluator of the tables' bicubic splines (both backends of ``bspline_surface``) against

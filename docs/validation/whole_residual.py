@@ -206,7 +206,8 @@ def main() -> int:
                         "variant's, RKC; ReducedFlow.run)")
     parser.add_argument("--rerun", action="store_true",
                         help="run again the picked cases kept without a target-basis ratio (the first round's) or "
-                        "stopped by a tail the rules did not resolve")
+                        "stopped before their end (a tail the rules did not resolve, a neuron outside the table "
+                        "of means)")
     parser.add_argument("--sobol", default=None, type=sobol_rungs,
                         help="comma-separated exponents of the Sobol' rungs for |T| ≥ 3 (default the package's "
                         "TAIL_SOBOL, 14,15; 16 takes ~7 GB with 4096 neurons)")
@@ -229,7 +230,7 @@ def main() -> int:
     for i, case in picked_cases(args):
         key = f"{args.suite}:{i}"
         if key in kept and not (args.rerun and "ratios" in kept[key] and (
-                "ratios_T" not in kept[key] or "not resolved" in kept[key].get("note", ""))):
+                "ratios_T" not in kept[key] or kept[key].get("note", "").startswith("stopped"))):
             continue
         r = score_case(args.suite, case, args.integrator, args.sobol, args.exact_tail,
                        args.checkpoint_dir / f"{args.suite}_{i}.npz", args.stop_loss)

@@ -103,7 +103,7 @@ from featureode.results.trajectory import Status, Trajectory
 from featureode.ode.variants import MEANFIELD, MEANFIELD_TAIL, MEANFIELD_WHOLE
 
 #: Version of the cached tables of means (:class:`MeanTable`): bump it when the rule that fills them changes.
-TABLE_VERSION = 1
+TABLE_VERSION = 2
 
 
 class MeanFieldError(FeatureODEError, ValueError):
@@ -180,16 +180,18 @@ def rkc_step(velocity: Callable[[tuple], tuple], state: tuple, h: float, s: int)
 
 class MeanTable:
     """``m_k(b, s)`` of an activation without a closed-form mean: its quadrature rule (``Activation.mean_numpy``)
-    on a table of ``b ∈ [−100, 100]`` (201 points, ``3 sinh``-spaced: 0.13 apart near 0, 4 apart at the ends) ×
-    ``s ∈ [0.02, 100]`` (140 points, log-spaced), one interpolating bicubic spline per order (SciPy's
-    ``RectBivariateSpline``, evaluated by the compiled loop :func:`featureode.kernel.loops.bspline_surface`, which
-    reads several orders in one pass; :meth:`many`). A neuron outside it stops the run
-    there, with its curve so far (trained neurons keep growing long after the loss has fallen: a wide2 SiLU bias
-    reached 24 at t ≈ 10⁴). A table is computed once per machine and kept in the cache
+    on a table of ``b ∈ [−10151, 10151]`` (421 points, ``3 sinh``-spaced: 0.13 apart near 0, 4 apart at |b| = 100,
+    4% of |b| at the ends) × ``s ∈ [0.02, 100]`` (140 points, log-spaced), one interpolating bicubic spline per order
+    (SciPy's ``RectBivariateSpline``, evaluated by the compiled loop :func:`featureode.kernel.loops.bspline_surface`,
+    which reads several orders in one pass; :meth:`many`). A neuron outside it stops the run there, with its curve
+    so far. Trained neurons keep growing long after the loss has fallen, and a neuron that learns a linear part of
+    the target goes far out in b, where σ is its asymptote: a wide2 SiLU bias reached 102 at t ≈ 416 on
+    ``0.5*z0 + z1*z2*z3``, past the first table's |b| ≤ 100 (the points within it are the first table's, 201 of them;
+    ``TABLE_VERSION`` 2). A table is computed once per machine and kept in the cache
     (:func:`featureode.core.cache.cache_dir`, named by a hash of the activation's SymPy expression, the order and
     the grid), so a later process only reads it."""
 
-    B = 3.0 * np.sinh(np.linspace(-math.asinh(100 / 3), math.asinh(100 / 3), 201))
+    B = 3.0 * np.sinh(2 * math.asinh(100 / 3) / 200 * np.arange(-210, 211))
     S = np.geomspace(0.02, 100.0, 140)
     #: (srepr of the expression, order) → the spline's (knots in b, knots in s, coefficients)
     _splines: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
