@@ -547,7 +547,7 @@ def test_whole_flow_rkc_against_rk4():
     assert out["rkc"][3] < out["rk4"][3]
 
 
-def test_run_from_a_checkpoint_is_the_run_without_a_break(tmp_path):
+def test_run_from_a_checkpoint_is_the_run_without_a_break(tmp_path, monkeypatch):
     """``run(checkpoint=…)`` keeps the run's place; a run stopped by a failure (here its ``progress`` raising) and
     started again on a fresh flow goes on from the place kept and returns the curve and the tail's path of the run
     without a break, bit for bit, ending with the same rung and exact-tail switch. The whole residual's flow of 120 given neurons (erf) with product
@@ -593,6 +593,12 @@ def test_run_from_a_checkpoint_is_the_run_without_a_break(tmp_path):
     with pytest.raises(MeanFieldError, match="of another flow or other run settings; delete it") as info:
         make().run(31.0, checkpoint=path)
     assert "\n" not in str(info.value)
+    from featureode.ode import meanfield as mf_module   # a run kept by other numerics is refused, not continued
+
+    monkeypatch.setattr(mf_module, "FLOW_VERSION", mf_module.FLOW_VERSION + 1)
+    with pytest.raises(MeanFieldError, match="of another flow or other run settings"):
+        make().run(30.0, checkpoint=path)
+    monkeypatch.undo()
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(MeanFieldError, match="cannot be read .*; delete it to start again"):
         make().run(30.0, checkpoint=path)

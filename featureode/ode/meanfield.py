@@ -104,6 +104,11 @@ from featureode.ode.variants import MEANFIELD, MEANFIELD_TAIL, MEANFIELD_WHOLE
 
 #: Version of the cached tables of means (:class:`MeanTable`): bump it when the rule that fills them changes.
 TABLE_VERSION = 2
+#: Version of the flow's numerics in a checkpoint's key (:meth:`ReducedFlow.run`): bump it with any change that moves
+#: a run's curve (a rule, a step, a mean), so that a run kept by the old code is refused rather than continued by
+#: the new one. (A digest of the sources would also refuse after every edit of a docstring, and the three- and
+#: four-direction runs that span sessions would start again each time.)
+FLOW_VERSION = 1
 
 
 class MeanFieldError(FeatureODEError, ValueError):
@@ -916,7 +921,7 @@ class ReducedFlow:
             digest.update(np.ascontiguousarray(x, dtype=float).tobytes())
         digest.update(repr((self.gamma, self.eta, self.activation, self.drive, self.keep, self.off,
                             [str(m) for m in self.modes], self.tail_points, self.tail_sobol, self._exact_policy,
-                            TAIL_EVERY, TAIL_TOL, TAIL_SOBOL_SEED, TABLE_VERSION,
+                            TAIL_EVERY, TAIL_TOL, TAIL_SOBOL_SEED, TABLE_VERSION, FLOW_VERSION,
                             tuple(float(x) if isinstance(x, (int, float)) else x for x in settings))).encode())
         return digest.hexdigest()
 
