@@ -45,6 +45,8 @@ from featureode.kernel.theory import kernel_theory  # noqa: E402
 from featureode.ode.meanfield import MeanFieldError, ReducedFlow  # noqa: E402
 
 NAME = "`meanfield+whole`"
+#: ReducedFlow.run's longest step, the default of every case run before ``--h-max`` (``h = min(h_max, t/4)``)
+H_MAX = 5.0
 
 
 def keep_result(path: Path, key: str, value: dict) -> None:
@@ -95,14 +97,16 @@ def earlier_flow(case: tuple) -> "tuple[str, dict] | None":
 
 
 def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tuple[int, ...] | None = None,
-               exact_tail: bool = False, checkpoint: Path | None = None, stop_loss: float = 0.05) -> dict:
+               exact_tail: bool = False, checkpoint: Path | None = None, stop_loss: float = 0.05,
+               h_max: float = H_MAX) -> dict:
     """Run ``meanfield+whole`` on one case and score it against every stored training of it, on the extended
     basis (``ratios``) and on the target basis (``ratios_T``, the loss on T: :meth:`ReducedFlow.loss_on_T`).
     ``sobol``: the Sobol' rungs' exponents for |T| ≥ 3 in place of the package's ``TAIL_SOBOL``. ``exact_tail``:
     the tail by pair moments from the start (relu, erf; ``ReducedFlow(exact_tail=True)``), not only from where the
     rules stop certifying it. ``checkpoint``: the flow keeps its place there every five minutes and goes on from
     it when run again (:meth:`ReducedFlow.run`); ``seconds`` then counts every session's. ``stop_loss``: the loss
-    at which the flow stops (kept as ``stop_loss``)."""
+    at which the flow stops (kept as ``stop_loss``). ``h_max``: the longest step (kept as ``h_max``; a run kept
+    without it took the package's 5)."""
     seeds = stored(suite, case)
     out: dict = {"label": case_label(*case), "case": list(case[1:]), "mlp": [list(s) for s in seeds]}
     if not seeds or not any(math.isfinite(m50) for m50, _ in seeds):
@@ -111,12 +115,13 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
     same = earlier_flow(case)
     # a flow kept with other Sobol' rungs than those asked for is run again (entries without rungs: |T| < 3, or run
     # before the rungs were recorded)
-    if same is not None and (sobol is None or tuple(same[1].get("sobol", sobol)) == sobol):
+    if same is not None and (sobol is None or tuple(same[1].get("sobol", sobol)) == sobol) and \
+            same[1].get("h_max", H_MAX) == h_max:
         key, r = same
         for name, times in (("ratios", r["flow"]), ("ratios_T", r["flow_T"])):
             out[name] = [[times[0] / m50, times[1] / m10] for m50, m10 in seeds]
         out.update({k: r[k] for k in ("flow", "flow_T", "steps", "t_end", "monotone", "note", "seconds",
-                                      "integrator", "sobol") if k in r})
+                                      "integrator", "sobol", "h_max") if k in r})
         out["reused"] = key
         return out
     start = time.time()
@@ -141,8 +146,8 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
                       file=sys.stderr, flush=True)
 
         ts, fs, error = flow.run(horizon, stop_loss=stop_loss, max_steps=5000, integrator=integrator,
-                                 progress=progress, checkpoint=checkpoint)
-        out["stop_loss"] = stop_loss
+                                 progress=progress, checkpoint=checkpoint, h_max=h_max)
+        out["stop_loss"], out["h_max"] = stop_loss, h_max
         if flow.resumed is not None:
             out["resumed_from_t"] = flow.resumed["t"]
             start -= flow.resumed["seconds"]
@@ -219,9 +224,14 @@ def main() -> int:
     parser.add_argument("--checkpoint-dir", type=Path, default=None,
                         help="where each flow keeps its place every five minutes, SUITE_CASE.npz (default: "
                         "checkpoints/ in featureode's cache folder); a case run again goes on from its place")
+    parser.add_argument("--h-max", type=float, default=H_MAX,
+                        help="the flow's longest step (default 5, ReducedFlow.run's; h = min(h_max, t/4)): RKC's "
+                        "cost per unit t falls as 1/sqrt(h_max) on the long flat runs, see rkc_check.md")
     parser.add_argument("--stop-loss", type=float, default=0.05,
                         help="the loss at which each flow stops (default 0.05; 0.09 ends it soon after its t10)")
     args = parser.parse_args()
+    if not (math.isfinite(args.h_max) and 0 < args.h_max <= 50):
+        parser.error(f"--h-max {args.h_max} must be in (0, 50]")
     if not 0 < args.stop_loss < 0.1:
         parser.error(f"--stop-loss {args.stop_loss} must be in (0, 0.1): a flow must pass t10 (a loss of 0.1)")
     args.checkpoint_dir = args.checkpoint_dir or cache_dir() / "checkpoints"
@@ -233,7 +243,7 @@ def main() -> int:
                 "ratios_T" not in kept[key] or kept[key].get("note", "").startswith("stopped"))):
             continue
         r = score_case(args.suite, case, args.integrator, args.sobol, args.exact_tail,
-                       args.checkpoint_dir / f"{args.suite}_{i}.npz", args.stop_loss)
+                       args.checkpoint_dir / f"{args.suite}_{i}.npz", args.stop_loss, args.h_max)
         keep_result(args.json, key, r)   # other processes may have kept cases of this suite meanwhile
         kept = json.loads(args.json.read_text())
         print(f"{i}: {r['label']}: {r.get('ratios')} {r.get('note', '')} ({r.get('seconds', 0):.0f} s)",
