@@ -160,6 +160,7 @@ def score_case(suite: str, case: tuple, integrator: str | None = None, sobol: tu
     loss, loss_T = flow.loss(ts, fs), flow.loss_on_T(ts, fs)
     out["flow"] = [crossing(ts, loss, 0.5), crossing(ts, loss, 0.1)]
     out["flow_T"] = [crossing(ts, loss_T, 0.5), crossing(ts, loss_T, 0.1)]
+    out["loss_end"] = [float(loss[-1]), float(loss_T[-1])]   # where a run stopped early stood (both bases)
     out["ratios"] = [[out["flow"][0] / m50, out["flow"][1] / m10] for m50, m10 in seeds]
     out["ratios_T"] = [[out["flow_T"][0] / m50, out["flow_T"][1] / m10] for m50, m10 in seeds]
     m10s = [m10 for _, m10 in seeds if math.isfinite(m10)]
