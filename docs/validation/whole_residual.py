@@ -228,7 +228,7 @@ def main() -> int:
     parser.add_argument("--h-max", type=float, default=H_MAX,
                         help="the flow's longest step (default 5, ReducedFlow.run's; h = min(h_max, t/4)): RKC's "
                         "stages grow as sqrt(h), so its cost per unit t falls as 1/sqrt(h_max) on long runs; 20 "
-                        "moved wide:37's crossings by ≤ 0.03%% (whole_residual.md)")
+                        "moved wide:37's crossings by ≤ 0.03%% but made wide:7's run unstable (whole_residual.md)")
     parser.add_argument("--stop-loss", type=float, default=0.05,
                         help="the loss at which each flow stops (default 0.05; 0.09 ends it soon after its t10)")
     args = parser.parse_args()
