@@ -22,6 +22,18 @@ from featureode.results.trajectory import ODEResult
 from _per_neuron import PerNeuron, init_neurons
 
 
+class _Broken(Exception):
+    """Raised by :func:`_break_after`'s progress: a run stopped from outside, as a killed process is."""
+
+
+def _break_after(at: float):
+    """A ``progress`` for :meth:`ReducedFlow.run` that breaks the run at its first step past ``t = at``."""
+    def fail(t: float) -> None:
+        if t > at:
+            raise _Broken
+    return fail
+
+
 def _small(**changes):
     base = {"target": {"expr": "z0*z1"}, "data": {"dim": 6, "exponent": 1.0},
             "network": {"activation": "erf", "richness": 0.5, "bias_std": 0.5}, "training": {"t_max": 60.0},
@@ -567,17 +579,11 @@ def test_run_from_a_checkpoint_is_the_run_without_a_break(tmp_path, monkeypatch)
     ts, fs, err = ref.run(30.0)
     assert err is None and ref.exact_tail and ref.resumed is None
 
-    class Broken(Exception):
-        pass
     path = tmp_path / "flow.npz"
     for at, exact_then in ((3.0, False), (12.0, True)):
         first = make()
-
-        def fail(t, _at=at):
-            if t > _at:
-                raise Broken
-        with pytest.raises(Broken):
-            first.run(30.0, progress=fail, checkpoint=path, checkpoint_every=0)
+        with pytest.raises(_Broken):
+            first.run(30.0, progress=_break_after(at), checkpoint=path, checkpoint_every=0)
         assert path.exists() and first.exact_tail == exact_then
         again = make()
         ts2, fs2, err2 = again.run(30.0, checkpoint=path)
@@ -588,8 +594,8 @@ def test_run_from_a_checkpoint_is_the_run_without_a_break(tmp_path, monkeypatch)
             np.testing.assert_array_equal(x, y)
         assert again.exact_tail and again._rung == ref._rung
         assert not path.exists()
-    with pytest.raises(Broken):
-        make().run(30.0, progress=fail, checkpoint=path, checkpoint_every=0)
+    with pytest.raises(_Broken):
+        make().run(30.0, progress=_break_after(12.0), checkpoint=path, checkpoint_every=0)
     with pytest.raises(MeanFieldError, match="of another flow or other run settings; delete it") as info:
         make().run(31.0, checkpoint=path)
     assert "\n" not in str(info.value)
@@ -614,14 +620,8 @@ def test_meanfield_trajectory_goes_on_from_a_checkpoint(tmp_path):
     whole = meanfield_trajectory(theory, 20.0, t_min=0.01, m=6)
     path = tmp_path / "run.npz"
 
-    class Broken(Exception):
-        pass
-
-    def fail(t):
-        if t > 5.0:
-            raise Broken
-    with pytest.raises(Broken):
-        ReducedFlow.from_theory(theory, m=6).run(20.0, t_min=0.01, progress=fail, checkpoint=path,
+    with pytest.raises(_Broken):
+        ReducedFlow.from_theory(theory, m=6).run(20.0, t_min=0.01, progress=_break_after(5.0), checkpoint=path,
                                                  checkpoint_every=0)
     again = meanfield_trajectory(theory, 20.0, t_min=0.01, m=6, checkpoint=path)
     assert 0 < again.meta["info"]["resumed_from_t"] <= 5.0 and whole.meta["info"]["resumed_from_t"] is None
@@ -641,16 +641,10 @@ def test_solve_config_goes_on_from_a_broken_meanfield_run(tmp_path, monkeypatch)
     whole = solve_config(cfg).variants["meanfield"]     # no folder, no checkpoint
     assert whole.meta["info"]["resumed_from_t"] is None
 
-    class Broken(Exception):
-        pass
-
-    def fail(t):
-        if t > 10.0:
-            raise Broken
     real = ReducedFlow.run
     monkeypatch.setattr(ReducedFlow, "run", lambda self, *args, **kw: real(
-        self, *args, **{**kw, "progress": fail, "checkpoint_every": 0}))
-    with pytest.raises(Broken):
+        self, *args, **{**kw, "progress": _break_after(10.0), "checkpoint_every": 0}))
+    with pytest.raises(_Broken):
         solve_config(cfg, tmp_path)
     monkeypatch.undo()
     path = tmp_path / "checkpoint_meanfield.npz"
